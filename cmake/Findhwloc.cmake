@@ -1,0 +1,37 @@
+# Findhwloc: provides the imported target hwloc::hwloc.
+# hwloc ships no CMake package of its own (only hwloc.pc), so: try a CONFIG package first (a packager may
+# provide one, e.g. vcpkg), then pkg-config, then a plain header/library search.
+include(FindPackageHandleStandardArgs)
+
+if(NOT TARGET hwloc::hwloc)
+    find_package(hwloc CONFIG QUIET)
+endif()
+
+if(NOT TARGET hwloc::hwloc)
+    find_package(PkgConfig QUIET)
+    if(PKG_CONFIG_FOUND)
+        pkg_check_modules(PC_hwloc QUIET IMPORTED_TARGET GLOBAL hwloc)
+        if(PC_hwloc_FOUND)
+            add_library(hwloc::hwloc ALIAS PkgConfig::PC_hwloc)
+            set(hwloc_VERSION ${PC_hwloc_VERSION})
+        endif()
+    endif()
+endif()
+
+if(NOT TARGET hwloc::hwloc)
+    find_path(hwloc_INCLUDE_DIR hwloc.h)
+    find_library(hwloc_LIBRARY hwloc)
+    if(hwloc_INCLUDE_DIR AND hwloc_LIBRARY)
+        add_library(hwloc::hwloc UNKNOWN IMPORTED)
+        set_target_properties(hwloc::hwloc PROPERTIES IMPORTED_LOCATION "${hwloc_LIBRARY}"
+                              INTERFACE_INCLUDE_DIRECTORIES "${hwloc_INCLUDE_DIR}")
+        file(STRINGS "${hwloc_INCLUDE_DIR}/hwloc/autogen/config.h" _hwloc_ver
+             REGEX "#define HWLOC_VERSION \"[0-9.]+")
+        string(REGEX MATCH "[0-9]+\\.[0-9]+(\\.[0-9]+)?" hwloc_VERSION "${_hwloc_ver}")
+    endif()
+endif()
+
+if(TARGET hwloc::hwloc)
+    set(_hwloc_target_found TRUE)
+endif()
+find_package_handle_standard_args(hwloc REQUIRED_VARS _hwloc_target_found VERSION_VAR hwloc_VERSION)

@@ -1,0 +1,92 @@
+#ifndef NUMAPLACE_ERROR_HPP_INCLUDED
+#define NUMAPLACE_ERROR_HPP_INCLUDED
+
+/// \file
+/// Exception types. Everything numaplace throws is one of these or a standard exception
+/// (`std::bad_array_new_length` for size overflow, `std::system_error` for a failed system query).
+
+#include <cstddef>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace numaplace {
+
+/// A node id that is not a node of the topology. Names the id and the valid ids.
+class unknown_node : public std::invalid_argument {
+public:
+    unknown_node(int node, std::size_t node_count)
+        : std::invalid_argument(message(node, node_count)), node_(node), node_count_(node_count) {}
+    /// \returns the offending id.
+    int node() const noexcept { return node_; }
+    /// \returns the number of nodes; valid ids are `[0, node_count())`.
+    std::size_t node_count() const noexcept { return node_count_; }
+
+private:
+    static std::string message(int node, std::size_t count) {
+        std::string valid = count == 0 ? std::string("none")
+                                       : "0.." + std::to_string(count - 1);
+        return "numaplace: unknown NUMA node id " + std::to_string(node) + " (valid ids: " + valid + ")";
+    }
+    int node_;
+    std::size_t node_count_;
+};
+
+/// A placement or partition over no node at all, or an otherwise malformed argument.
+class invalid_placement : public std::invalid_argument {
+public:
+    explicit invalid_placement(const std::string& what) : std::invalid_argument("numaplace: " + what) {}
+};
+
+/// Memory could not be placed as a strict placement demands: the kernel refused the binding (e.g.
+/// `EPERM` under a seccomp filter), the node has not that much memory, or the mapping failed.
+/// Derived from `std::bad_alloc`, so code that handles allocation failure handles this too.
+class placement_error : public std::bad_alloc {
+public:
+    placement_error(int node, std::size_t bytes, int error_number, const std::string& what)
+        : node_(node), bytes_(bytes), errno_(error_number),
+          what_("numaplace: " + what + " (node " + (node < 0 ? std::string("any") : std::to_string(node)) +
+                ", " + std::to_string(bytes) + " bytes, errno " + std::to_string(error_number) + ")") {}
+    /// \returns the node id the memory was meant for, or -1 when it concerns several nodes.
+    int node() const noexcept { return node_; }
+    /// \returns the size of the request in bytes.
+    std::size_t bytes() const noexcept { return bytes_; }
+    /// \returns the `errno` the kernel gave (`ENOMEM` when numaplace refused it beforehand).
+    int error_number() const noexcept { return errno_; }
+    const char* what() const noexcept override { return what_.c_str(); }
+
+private:
+    int node_;
+    std::size_t bytes_;
+    int errno_;
+    std::string what_;
+};
+
+/// A strict request for something this machine or process cannot do (e.g. threads pinned to a node
+/// while neither tbbbind nor hwloc binding works).
+class unsupported : public std::runtime_error {
+public:
+    explicit unsupported(const std::string& what) : std::runtime_error("numaplace: " + what) {}
+};
+
+namespace detail {
+// Kept out of line in spirit (noinline, cold) so the throwing code does not bloat the callers.
+[[noreturn]] __attribute__((noinline, cold)) inline void throw_unknown_node(int node, std::size_t count) {
+    throw unknown_node(node, count);
+}
+[[noreturn]] __attribute__((noinline, cold)) inline void throw_invalid(const std::string& what) {
+    throw invalid_placement(what);
+}
+[[noreturn]] __attribute__((noinline, cold)) inline void throw_placement(int node, std::size_t bytes, int err,
+                                                                         const std::string& what) {
+    throw placement_error(node, bytes, err, what);
+}
+[[noreturn]] __attribute__((noinline, cold)) inline void throw_bad_length() {
+    throw std::bad_array_new_length();
+}
+} // namespace detail
+
+} // namespace numaplace
+
+#endif

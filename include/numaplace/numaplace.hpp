@@ -1,0 +1,17 @@
+#ifndef NUMAPLACE_NUMAPLACE_HPP_INCLUDED
+#define NUMAPLACE_NUMAPLACE_HPP_INCLUDED
+
+/// \file
+/// Umbrella header: every public numaplace header.
+
+#include "allocator.hpp"
+#include "error.hpp"
+#include "memory.hpp"
+#include "parallel_for.hpp"
+#include "partition.hpp"
+#include "placement.hpp"
+#include "pmr.hpp"
+#include "topology.hpp"
+#include "where.hpp"
+
+#endif

@@ -1,0 +1,410 @@
+#ifndef NUMAPLACE_PARALLEL_FOR_HPP_INCLUDED
+#define NUMAPLACE_PARALLEL_FOR_HPP_INCLUDED
+
+/// \file
+/// NUMA-aware loops on oneTBB: one `tbb::task_arena` per node with CPUs, constrained to that node's
+/// cores; `parallel_for(partition, body)` runs block k in arena k, where `partitioned_allocator` put
+/// block k's pages. The only header that includes oneTBB.
+
+#include "allocator.hpp"
+#include "detail/hwloc.hpp"
+#include "memory.hpp"
+#include "partition.hpp"
+#include "topology.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/parallel_reduce.h>
+#include <oneapi/tbb/task_arena.h>
+#include <oneapi/tbb/task_group.h>
+#include <oneapi/tbb/task_scheduler_observer.h>
+#include <oneapi/tbb/version.h>
+
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <link.h>
+
+namespace numaplace {
+
+/// The contiguous index range [begin, end) handed to a loop body, and the node it runs on.
+class subrange {
+public:
+    subrange(std::size_t b, std::size_t e, int node) noexcept : begin_(b), end_(e), node_(node) {}
+    std::size_t begin() const noexcept { return begin_; }
+    std::size_t end() const noexcept { return end_; }
+    std::size_t size() const noexcept { return end_ - begin_; }
+    bool empty() const noexcept { return begin_ == end_; }
+    /// \returns the node whose block this is (and on whose cores it runs).
+    int node() const noexcept { return node_; }
+
+private:
+    std::size_t begin_, end_;
+    int node_;
+};
+
+/// How threads entering a node's arena are kept on that node.
+enum class pinning {
+    single_node, ///< one node with CPUs: plain oneTBB, nothing to pin, no extra cost
+    tbbbind,     ///< oneTBB's own `constraints{numa_id}` (libtbbbind loaded and agrees with our ids)
+    hwloc,       ///< tbbbind unavailable: a task_scheduler_observer pins entering threads through hwloc
+    none         ///< neither works (CPU binding refused): blocks run unpinned, recorded as a degradation
+};
+
+inline const char* name(pinning p) noexcept {
+    switch (p) {
+    case pinning::single_node: return "single node (plain oneTBB)";
+    case pinning::tbbbind: return "oneTBB constraints (tbbbind)";
+    case pinning::hwloc: return "hwloc observer (tbbbind unavailable)";
+    case pinning::none: return "NONE (cpu binding refused; blocks run unpinned)";
+    }
+    return "?";
+}
+
+/// What oneTBB sees, and how numaplace pins arenas.
+struct arena_report {
+    bool tbbbind_loaded = false;        ///< libtbbbind is in the process
+    std::vector<int> tbb_numa_nodes;    ///< `tbb::info::numa_nodes()` ({-1}: TBB sees no NUMA)
+    numaplace::pinning pinning = pinning::single_node;
+    std::string reason;                 ///< why this pinning was chosen
+    int tbb_interface_version = TBB_INTERFACE_VERSION;
+};
+
+namespace detail {
+
+inline bool library_loaded(const char* fragment) {
+    struct search {
+        const char* fragment;
+        bool found;
+    } s{fragment, false};
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* data) -> int {
+            auto* st = static_cast<search*>(data);
+            if (info->dlpi_name && std::strstr(info->dlpi_name, st->fragment)) st->found = true;
+            return st->found ? 1 : 0;
+        },
+        &s);
+    return s.found;
+}
+
+// Which of our arenas (node id) the current thread is running a block of; -1 outside.
+inline int& current_block_node() noexcept {
+    static thread_local int node = -1;
+    return node;
+}
+
+struct scoped_block_node {
+    int saved;
+    explicit scoped_block_node(int node) noexcept : saved(current_block_node()) { current_block_node() = node; }
+    ~scoped_block_node() { current_block_node() = saved; }
+    scoped_block_node(const scoped_block_node&) = delete;
+    scoped_block_node& operator=(const scoped_block_node&) = delete;
+};
+
+// Pins every thread that enters the observed arena to one node's CPUs, restoring its previous
+// binding when it leaves. Used when oneTBB cannot pin (no tbbbind).
+class hwloc_pinning_observer : public tbb::task_scheduler_observer {
+public:
+    hwloc_pinning_observer(tbb::task_arena& arena, hwloc_topology_t topo, hwloc_const_cpuset_t cpus)
+        : tbb::task_scheduler_observer(arena), topo_(topo), cpus_(hwloc_bitmap_dup(cpus)) {
+        observe(true);
+    }
+    ~hwloc_pinning_observer() override { observe(false); }
+    void on_scheduler_entry(bool) override {
+        auto& saved = saved_binding();
+        if (!saved) saved.reset(hwloc_bitmap_alloc());
+        if (hwloc_get_cpubind(topo_, saved.get(), HWLOC_CPUBIND_THREAD) != 0) hwloc_bitmap_fill(saved.get());
+        if (hwloc_set_cpubind(topo_, cpus_.get(), HWLOC_CPUBIND_THREAD) != 0) failures_.fetch_add(1, std::memory_order_relaxed);
+    }
+    void on_scheduler_exit(bool) override {
+        auto& saved = saved_binding();
+        if (saved) hwloc_set_cpubind(topo_, saved.get(), HWLOC_CPUBIND_THREAD);
+    }
+    std::size_t failures() const noexcept { return failures_.load(std::memory_order_relaxed); }
+
+private:
+    static hwloc_bitmap_ptr& saved_binding() {
+        static thread_local hwloc_bitmap_ptr saved;
+        return saved;
+    }
+    hwloc_topology_t topo_;
+    hwloc_bitmap_ptr cpus_;
+    std::atomic<std::size_t> failures_{0};
+};
+
+} // namespace detail
+
+/// The per-node arenas, created once on first use and reused by every loop.
+class node_arenas {
+public:
+    /// \returns the process's arenas (thread-safe creation).
+    static node_arenas& get() {
+        static node_arenas instance;
+        return instance;
+    }
+    node_arenas(const node_arenas&) = delete;
+    node_arenas& operator=(const node_arenas&) = delete;
+
+    const arena_report& report() const noexcept { return report_; }
+    /// \returns the arena that runs blocks of `node` (memory-only nodes: the nearest node with CPUs);
+    /// nullptr on a single-node machine (blocks run in the caller's arena).
+    tbb::task_arena* arena_for(int node) const {
+        if (report_.pinning == pinning::single_node) return nullptr;
+        return arenas_[static_cast<std::size_t>(runner_[static_cast<std::size_t>(topology::get().at(node).id)])].get();
+    }
+    /// \returns the node with CPUs whose arena runs blocks of `node`.
+    int runner_of(int node) const { return runner_[static_cast<std::size_t>(topology::get().at(node).id)]; }
+
+private:
+    node_arenas() {
+        const topology& topo = topology::get();
+        const node_set cpu_nodes = topo.with_cpus();
+        // Memory-only nodes have no arena: their blocks run on the nearest node with CPUs.
+        for (const auto& n : topo.nodes()) {
+            int best = cpu_nodes.empty() ? 0 : cpu_nodes[0];
+            for (int c : cpu_nodes)
+                if (topo.distance(n.id, c) < topo.distance(n.id, best)) best = c;
+            runner_.push_back(n.has_cpus() ? n.id : best);
+        }
+        report_.tbb_numa_nodes.clear();
+        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(static_cast<int>(id));
+        report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
+        if (cpu_nodes.size() <= 1) {
+            report_.pinning = pinning::single_node;
+            report_.reason = "one node with CPUs";
+            return;
+        }
+        // Use oneTBB's constraints only if its numa ids are ours: every CPU node k listed, with as many
+        // threads as node k has CPUs (tbbbind loads the topology the same way, but a process bound with
+        // taskset restricts tbbbind further than the cgroup restricts us).
+        bool agrees = report_.tbbbind_loaded;
+        for (int k : cpu_nodes) {
+            bool listed = false;
+            for (int id : report_.tbb_numa_nodes) listed = listed || id == k;
+            agrees = agrees && listed &&
+                     tbb::info::default_concurrency(static_cast<tbb::numa_node_id>(k)) ==
+                         static_cast<int>(topo.at(k).cpus.size());
+        }
+        const auto& caps = topo.capabilities();
+        if (agrees) {
+            report_.pinning = pinning::tbbbind;
+            report_.reason = "tbbbind loaded; its numa ids match numaplace's";
+        } else if (caps.cpu_binding) {
+            report_.pinning = pinning::hwloc;
+            report_.reason = report_.tbbbind_loaded ? "tbbbind's numa ids disagree with the topology"
+                                                    : "libtbbbind not loaded: oneTBB sees no NUMA nodes";
+        } else {
+            report_.pinning = pinning::none;
+            report_.reason = "tbbbind unavailable and cpu binding refused (errno " +
+                             std::to_string(caps.cpu_binding_errno) + ")";
+            detail::degradation_log::instance().record("parallel_for: " + report_.reason + "; blocks run unpinned");
+        }
+        std::size_t total = 0;
+        arenas_.resize(topo.size());
+        for (int k : cpu_nodes) {
+            const int threads = static_cast<int>(topo.at(k).cpus.size());
+            total += static_cast<std::size_t>(threads);
+            // reserved_for_masters = 0: all of the node's cores are worker slots (with the default 1, a
+            // slot is kept for a caller that never comes, leaving a core idle: oneTBB issue #773).
+            if (report_.pinning == pinning::tbbbind) {
+                tbb::task_arena::constraints c(static_cast<tbb::numa_node_id>(k), threads);
+                arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(c, 0u);
+            } else {
+                arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(threads, 0u);
+            }
+            arenas_[static_cast<std::size_t>(k)]->initialize();
+            if (report_.pinning == pinning::hwloc)
+                observers_.push_back(std::make_unique<detail::hwloc_pinning_observer>(
+                    *arenas_[static_cast<std::size_t>(k)], topo.native(), topo.native_node(k)->cpuset));
+        }
+        // oneTBB's worker pool defaults to (CPUs - 1) workers; every arena slot is a worker slot here,
+        // so allow one worker per CPU (plus the caller). A lower user limit still wins.
+        limit_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, total + 1);
+    }
+    ~node_arenas() {
+        observers_.clear(); // stop observing before the arenas go
+        arenas_.clear();
+    }
+
+    arena_report report_;
+    std::vector<int> runner_;
+    std::vector<std::unique_ptr<tbb::task_arena>> arenas_;
+    std::vector<std::unique_ptr<detail::hwloc_pinning_observer>> observers_;
+    std::unique_ptr<tbb::global_control> limit_;
+};
+
+/// \returns what oneTBB sees and how arenas are pinned (creates the arenas on first call).
+inline const arena_report& arena_capabilities() { return node_arenas::get().report(); }
+
+namespace detail {
+
+template <class Body>
+void call_body(Body& body, std::size_t b, std::size_t e, int node) {
+    if constexpr (std::is_invocable<Body&, subrange>::value) {
+        body(subrange(b, e, node));
+    } else {
+        static_assert(std::is_invocable<Body&, std::size_t>::value,
+                      "parallel_for body must be callable with numaplace::subrange or std::size_t");
+        for (std::size_t i = b; i < e; ++i) body(i);
+    }
+}
+
+// Runs fn(block) for every non-empty block of `part`, block k inside the arena of its node, all blocks
+// concurrently; returns when all are done. The first exception cancels the other blocks and is rethrown.
+template <class Fn>
+void run_blocks(const partition& part, Fn&& fn) {
+    const auto& blocks = part.blocks();
+    node_arenas& arenas = node_arenas::get();
+    const bool nested = current_block_node() >= 0;
+    if (nested || arenas.report().pinning == pinning::single_node) {
+        // One node, or nested inside a block: stay in the current arena (on the current node) and let
+        // oneTBB balance over all blocks at once.
+        tbb::task_group group;
+        std::exception_ptr error;
+        std::atomic<bool> failed{false};
+        for (const auto& b : blocks) {
+            if (b.empty()) continue;
+            group.run([&fn, &b, &group, &error, &failed] {
+                try {
+                    fn(b);
+                } catch (...) {
+                    if (!failed.exchange(true)) error = std::current_exception();
+                    group.cancel();
+                }
+            });
+        }
+        group.wait();
+        if (error) std::rethrow_exception(error);
+        return;
+    }
+    const std::size_t count = blocks.size();
+    std::vector<std::unique_ptr<tbb::task_group>> groups(count);
+    std::vector<tbb::task_arena*> where(count, nullptr);
+    std::exception_ptr error;
+    std::atomic<bool> failed{false};
+    auto cancel_all = [&groups] {
+        for (auto& g : groups)
+            if (g) g->cancel();
+    };
+    for (std::size_t k = 0; k < count; ++k) {
+        if (blocks[k].empty()) continue;
+        groups[k] = std::make_unique<tbb::task_group>();
+        where[k] = arenas.arena_for(blocks[k].node);
+    }
+    for (std::size_t k = 0; k < count; ++k) {
+        if (!groups[k]) continue;
+        tbb::task_group* g = groups[k].get();
+        const block* b = &blocks[k];
+        where[k]->execute([&, g, b] {
+            g->run([&, b] {
+                try {
+                    fn(*b);
+                } catch (...) {
+                    if (!failed.exchange(true)) error = std::current_exception();
+                    cancel_all();
+                }
+            });
+        });
+    }
+    for (std::size_t k = 0; k < count; ++k)
+        if (groups[k]) where[k]->execute([&, k] { groups[k]->wait(); });
+    if (error) std::rethrow_exception(error);
+}
+
+} // namespace detail
+
+/// \effects calls `body` on contiguous subranges covering [0, part.size()) exactly once: block k's
+/// indexes run in node k's arena, on node k's cores, all blocks at once; oneTBB balances load inside a
+/// block (`grain` is the smallest subrange it makes). `body` takes a `subrange` (which also tells the
+/// node) or a single `std::size_t` index. Returns when every block is done.
+/// A nested call from inside a body stays in the current node's arena. Calling from a oneTBB task is
+/// fine (the caller waits in each arena in turn or is delegated; it never holds a slot others need).
+/// \throws the first exception a body throws (the other blocks are cancelled).
+template <class Body>
+void parallel_for(const partition& part, Body&& body, std::size_t grain = 1) {
+    detail::run_blocks(part, [&body, grain](const block& b) {
+        const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
+        tbb::parallel_for(tbb::blocked_range<std::size_t>(b.begin, b.end, grain),
+                          [&body, node](const tbb::blocked_range<std::size_t>& r) {
+                              detail::scoped_block_node mark(node);
+                              detail::call_body(body, r.begin(), r.end(), node);
+                          });
+    });
+}
+
+namespace detail {
+template <class A>
+struct partition_of_allocator {
+    static partition get(const A& a, std::size_t capacity, std::size_t size, std::size_t element) {
+        return a.placement().partition_for(capacity * element).clipped(size);
+    }
+};
+} // namespace detail
+
+/// \returns the partition a container's allocator placed it by (`partitioned_allocator` or
+/// `default_init_allocator<partitioned_allocator>`): the split of its capacity, clipped to its size.
+template <class Container>
+partition partition_of(const Container& c) {
+    return detail::partition_of_allocator<typename Container::allocator_type>::get(
+        c.get_allocator(), c.capacity(), c.size(), sizeof(typename Container::value_type));
+}
+
+/// \effects `parallel_for(partition_of(c), body)`: the loop follows the container's pages.
+template <class Container, class Body, class = decltype(std::declval<Container&>().get_allocator().placement().partition_for(0))>
+void parallel_for(Container& c, Body&& body, std::size_t grain = 1) {
+    parallel_for(partition_of(c), std::forward<Body>(body), grain);
+}
+
+/// \returns `combine` over all blocks (in block order) of `body(subrange, T init) -> T` reduced by
+/// oneTBB inside each block, starting from `identity`. Block k runs on node k as in `parallel_for`.
+/// Exact for integers; for floating point the order inside a block is oneTBB's.
+template <class T, class Body, class Combine>
+T parallel_reduce(const partition& part, const T& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
+    std::vector<T> partial(part.blocks().size(), identity);
+    const block* first = part.blocks().empty() ? nullptr : &part.blocks().front();
+    detail::run_blocks(part, [&](const block& b) {
+        const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
+        partial[static_cast<std::size_t>(&b - first)] = tbb::parallel_reduce(
+            tbb::blocked_range<std::size_t>(b.begin, b.end, grain), identity,
+            [&body, node](const tbb::blocked_range<std::size_t>& r, T acc) {
+                detail::scoped_block_node mark(node);
+                return body(subrange(r.begin(), r.end(), node), std::move(acc));
+            },
+            combine);
+    });
+    T result = identity;
+    for (auto& p : partial) result = combine(std::move(result), std::move(p));
+    return result;
+}
+
+/// \effects faults in every page of block k of the `part.size()` elements at `data` from node k's arena,
+/// without changing their contents. When the partition's edges are small-page-aligned and THP is on,
+/// the range is first marked MADV_NOHUGEPAGE (see `edge_alignment`). `data` must start on a page
+/// boundary (numaplace allocations do; so does any mmap).
+template <class T>
+void first_touch(T* data, const partition& part) {
+    const std::size_t s = sizeof(T);
+    if (part.size() == 0) return;
+    if (part.needs_no_huge_pages()) memory::forbid_huge_pages(data, part.size() * s);
+    parallel_for(part, [data, s](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * s); },
+                 std::max<std::size_t>(1, detail::page_size() / s));
+}
+
+/// \effects `first_touch(c.data(), partition_of(c))`.
+template <class Container>
+auto first_touch(Container& c) -> decltype(c.get_allocator().placement().partition_for(0), void()) {
+    first_touch(c.data(), partition_of(c));
+}
+
+} // namespace numaplace
+
+#endif

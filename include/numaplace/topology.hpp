@@ -1,0 +1,386 @@
+#ifndef NUMAPLACE_TOPOLOGY_HPP_INCLUDED
+#define NUMAPLACE_TOPOLOGY_HPP_INCLUDED
+
+/// \file
+/// The machine: NUMA nodes, their CPUs and memory, distances, and what the kernel lets us do.
+///
+/// Node ids are hwloc logical indexes of NUMA nodes in the topology restricted to what this process may
+/// use (cgroup/cpuset), which is exactly what oneTBB's `numa_node_id` means (tbbbind loads the topology
+/// the same way). The kernel and `numactl` call a node by its OS index, also reported.
+
+#include "detail/hwloc.hpp"
+#include "detail/linux.hpp"
+#include "error.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <sched.h>
+
+namespace numaplace {
+
+/// A sorted set of node ids without duplicates.
+class node_set {
+public:
+    node_set() = default;
+    node_set(std::initializer_list<int> ids) : ids_(ids) { normalise(); }
+    explicit node_set(std::vector<int> ids) : ids_(std::move(ids)) { normalise(); }
+
+    bool empty() const noexcept { return ids_.empty(); }
+    std::size_t size() const noexcept { return ids_.size(); }
+    bool contains(int id) const noexcept { return std::binary_search(ids_.begin(), ids_.end(), id); }
+    auto begin() const noexcept { return ids_.begin(); }
+    auto end() const noexcept { return ids_.end(); }
+    int operator[](std::size_t i) const noexcept { return ids_[i]; }
+    const std::vector<int>& ids() const noexcept { return ids_; }
+
+    friend bool operator==(const node_set& a, const node_set& b) noexcept { return a.ids_ == b.ids_; }
+    friend bool operator!=(const node_set& a, const node_set& b) noexcept { return !(a == b); }
+
+private:
+    void normalise() {
+        std::sort(ids_.begin(), ids_.end());
+        ids_.erase(std::unique(ids_.begin(), ids_.end()), ids_.end());
+    }
+    std::vector<int> ids_;
+};
+
+/// One NUMA node.
+struct node {
+    int id = -1;                 ///< numaplace / oneTBB id (hwloc logical index)
+    unsigned os_index = 0;       ///< the kernel's node number (`numactl`, `mbind`)
+    std::vector<unsigned> cpus;  ///< OS indexes of its processing units
+    std::size_t cores = 0;       ///< physical cores
+    std::uint64_t memory = 0;    ///< local memory in bytes
+    /// \returns false for memory-only nodes (CXL, HBM): allocators may target them, arenas skip them.
+    bool has_cpus() const noexcept { return !cpus.empty(); }
+};
+
+/// What the kernel and the process's sandbox let numaplace do. Every degradation shows here.
+struct capabilities {
+    std::size_t nodes = 0;            ///< nodes this process may use
+    std::size_t system_nodes = 0;     ///< nodes the kernel has online (cpuset restrictions may hide some)
+    bool memory_binding = false;      ///< `mbind(MPOL_BIND)` works
+    int memory_binding_errno = 0;     ///< why not (EPERM: a seccomp filter or container policy)
+    bool page_query = false;          ///< `move_pages` query works (needed by `where`)
+    int page_query_errno = 0;
+    bool cpu_binding = false;         ///< threads can be pinned (hwloc_set_cpubind)
+    int cpu_binding_errno = 0;
+    bool preferred_many = false;      ///< MPOL_PREFERRED_MANY (Linux >= 5.15)
+    bool weighted_interleave = false; ///< MPOL_WEIGHTED_INTERLEAVE (Linux >= 6.9; weights are system-wide)
+    std::string thp = "unknown";      ///< transparent huge pages: always, madvise, never
+    int numa_balancing = -1;          ///< kernel.numa_balancing (0 off, 1 on, 2 tiering; -1 unknown)
+    bool distances_known = false;     ///< the firmware gave a distance matrix
+};
+
+namespace detail {
+/// Degradations happen at run time (a degrading placement fell back); they are recorded here and
+/// reported next to the capabilities.
+struct degradation_log {
+    std::mutex mutex;
+    std::vector<std::string> messages; // distinct, at most 64
+    std::atomic<std::size_t> count{0};
+    void record(const std::string& message) {
+        count.fetch_add(1, std::memory_order_relaxed);
+        std::lock_guard<std::mutex> lock(mutex);
+        if (messages.size() < 64 && std::find(messages.begin(), messages.end(), message) == messages.end())
+            messages.push_back(message);
+    }
+    static degradation_log& instance() {
+        static degradation_log* log = new degradation_log; // never destroyed: usable during static destruction
+        return *log;
+    }
+};
+} // namespace detail
+
+/// \returns how many times a degrading placement fell back in this process.
+inline std::size_t degradation_count() noexcept {
+    return detail::degradation_log::instance().count.load(std::memory_order_relaxed);
+}
+/// \returns the distinct fallbacks seen so far, as messages naming the placement, node and errno.
+inline std::vector<std::string> degradations() {
+    auto& log = detail::degradation_log::instance();
+    std::lock_guard<std::mutex> lock(log.mutex);
+    return log.messages;
+}
+
+/// A snapshot of the machine's NUMA topology. `topology::get()` is the process's, loaded once
+/// (thread-safe); `from_synthetic`/`from_xml` build others for tests and what-if planning.
+class topology {
+public:
+    /// \returns the topology of this process (nodes restricted to its cpuset).
+    static const topology& get() {
+        static const topology* system = new topology(load_system()); // never destroyed (see degradation_log)
+        return *system;
+    }
+    /// \returns a topology from an hwloc synthetic description, e.g. "pack:2 numa:1 core:4 pu:1".
+    /// \throws invalid_placement when hwloc rejects the description.
+    static std::unique_ptr<topology> from_synthetic(const std::string& description) {
+        detail::hwloc_topology_ptr t = make_empty();
+        if (hwloc_topology_set_synthetic(t.get(), description.c_str()) != 0)
+            detail::throw_invalid("hwloc rejected synthetic topology '" + description + "'");
+        load(t.get());
+        return std::unique_ptr<topology>(new topology(std::move(t)));
+    }
+    /// \returns a topology from an hwloc XML file (`lstopo file.xml`).
+    static std::unique_ptr<topology> from_xml(const std::string& path) {
+        detail::hwloc_topology_ptr t = make_empty();
+        if (hwloc_topology_set_xml(t.get(), path.c_str()) != 0)
+            detail::throw_invalid("hwloc cannot read XML topology '" + path + "'");
+        load(t.get());
+        return std::unique_ptr<topology>(new topology(std::move(t)));
+    }
+
+    topology(const topology&) = delete;
+    topology& operator=(const topology&) = delete;
+
+    /// \returns the number of nodes.
+    std::size_t size() const noexcept { return nodes_.size(); }
+    const std::vector<node>& nodes() const noexcept { return nodes_; }
+    /// \returns node `id`. \throws unknown_node.
+    const node& at(int id) const {
+        check(id);
+        return nodes_[static_cast<std::size_t>(id)];
+    }
+    /// \throws unknown_node unless `id` is a node of this topology.
+    void check(int id) const {
+        if (id < 0 || static_cast<std::size_t>(id) >= nodes_.size()) detail::throw_unknown_node(id, nodes_.size());
+    }
+    /// \throws unknown_node for the first id of `set` that is not a node; invalid_placement if empty.
+    void check(const node_set& set) const {
+        if (set.empty()) detail::throw_invalid("empty node set");
+        for (int id : set) check(id);
+    }
+    /// \returns all nodes.
+    node_set all() const {
+        std::vector<int> ids;
+        for (const auto& n : nodes_) ids.push_back(n.id);
+        return node_set(std::move(ids));
+    }
+    /// \returns the nodes with CPUs (where arenas and partition blocks go by default).
+    node_set with_cpus() const {
+        std::vector<int> ids;
+        for (const auto& n : nodes_)
+            if (n.has_cpus()) ids.push_back(n.id);
+        return node_set(std::move(ids));
+    }
+    /// \returns the distance from `a` to `b` as the firmware gives it (10 = local); 10/20 if unknown.
+    unsigned distance(int a, int b) const {
+        check(a);
+        check(b);
+        return distances_[static_cast<std::size_t>(a) * nodes_.size() + static_cast<std::size_t>(b)];
+    }
+    /// \returns the node id of an OS node number, or -1 if this process may not use that node.
+    int from_os_index(unsigned os) const noexcept {
+        for (const auto& n : nodes_)
+            if (n.os_index == os) return n.id;
+        return -1;
+    }
+    /// \returns the node whose CPUs include `cpu` (an OS index), or -1.
+    int node_of_cpu(unsigned cpu) const noexcept {
+        return cpu < cpu_to_node_.size() ? cpu_to_node_[cpu] : -1;
+    }
+    /// \returns the node of the CPU the calling thread runs on now, or -1 if unknown.
+    int current_node() const noexcept {
+        int cpu = ::sched_getcpu();
+        return cpu < 0 ? -1 : node_of_cpu(static_cast<unsigned>(cpu));
+    }
+    /// \returns what this machine and process allow (probed once, when the topology was loaded).
+    const numaplace::capabilities& capabilities() const noexcept { return caps_; }
+    /// \returns the hwloc topology (read-only use; it is shared by every thread).
+    hwloc_topology_t native() const noexcept { return topo_.get(); }
+    /// \returns the hwloc NUMA node object of `id`.
+    hwloc_obj_t native_node(int id) const {
+        check(id);
+        return hwloc_get_obj_by_type(topo_.get(), HWLOC_OBJ_NUMANODE, static_cast<unsigned>(id));
+    }
+    /// \returns whether this is the running system (capabilities probed) or a synthetic/XML one.
+    bool is_this_system() const noexcept { return hwloc_topology_is_thissystem(topo_.get()) != 0; }
+
+private:
+    static detail::hwloc_topology_ptr make_empty() {
+        hwloc_topology_t raw = nullptr;
+        if (hwloc_topology_init(&raw) != 0) throw std::bad_alloc();
+        return detail::hwloc_topology_ptr(raw);
+    }
+    static void load(hwloc_topology_t t) {
+        if (hwloc_topology_load(t) != 0) detail::throw_invalid("hwloc could not load the topology");
+    }
+    static detail::hwloc_topology_ptr load_system() {
+        detail::hwloc_topology_ptr t = make_empty();
+        // Default flags: disallowed CPUs and nodes (cgroup cpuset) are removed and logical indexes
+        // renumbered, as tbbbind does, so our ids equal oneTBB's numa ids.
+        load(t.get());
+        return t;
+    }
+
+    explicit topology(detail::hwloc_topology_ptr t) : topo_(std::move(t)) {
+        hwloc_topology_t tp = topo_.get();
+        int count = hwloc_get_nbobjs_by_type(tp, HWLOC_OBJ_NUMANODE);
+        for (int i = 0; i < count; ++i) {
+            hwloc_obj_t obj = hwloc_get_obj_by_type(tp, HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i));
+            node n;
+            n.id = static_cast<int>(obj->logical_index);
+            n.os_index = obj->os_index;
+            n.memory = obj->attr ? obj->attr->numanode.local_memory : 0;
+            if (obj->cpuset && !hwloc_bitmap_iszero(obj->cpuset)) {
+                for (int pu = hwloc_bitmap_first(obj->cpuset); pu >= 0; pu = hwloc_bitmap_next(obj->cpuset, pu)) {
+                    // only PUs that exist in this (possibly restricted) topology
+                    if (hwloc_get_pu_obj_by_os_index(tp, static_cast<unsigned>(pu)))
+                        n.cpus.push_back(static_cast<unsigned>(pu));
+                }
+                n.cores = static_cast<std::size_t>(
+                    hwloc_get_nbobjs_inside_cpuset_by_type(tp, obj->cpuset, HWLOC_OBJ_CORE));
+                if (n.cores == 0) n.cores = n.cpus.size();
+            }
+            for (unsigned cpu : n.cpus) {
+                if (cpu_to_node_.size() <= cpu) cpu_to_node_.resize(cpu + 1, -1);
+                cpu_to_node_[cpu] = n.id;
+            }
+            nodes_.push_back(std::move(n));
+        }
+        read_distances();
+        caps_.nodes = nodes_.size();
+        caps_.system_nodes = nodes_.size();
+        if (is_this_system()) probe();
+    }
+
+    void read_distances() {
+        const std::size_t n = nodes_.size();
+        distances_.assign(n * n, 20u);
+        for (std::size_t i = 0; i < n; ++i) distances_[i * n + i] = 10u;
+        unsigned nr = 1;
+        hwloc_distances_s* dist = nullptr;
+        if (hwloc_distances_get_by_type(topo_.get(), HWLOC_OBJ_NUMANODE, &nr, &dist,
+                                        HWLOC_DISTANCES_KIND_MEANS_LATENCY, 0) != 0 || nr == 0) {
+            nr = 1;
+            if (hwloc_distances_get_by_type(topo_.get(), HWLOC_OBJ_NUMANODE, &nr, &dist, 0, 0) != 0 || nr == 0)
+                return;
+        }
+        for (unsigned i = 0; i < dist->nbobjs; ++i)
+            for (unsigned j = 0; j < dist->nbobjs; ++j) {
+                auto a = dist->objs[i]->logical_index, b = dist->objs[j]->logical_index;
+                if (a < n && b < n) distances_[a * n + b] = static_cast<unsigned>(dist->values[i * dist->nbobjs + j]);
+            }
+        caps_.distances_known = true;
+        hwloc_distances_release(topo_.get(), dist);
+    }
+
+    // Probes the kernel with one anonymous page: each call tells whether a policy mode exists and
+    // whether the sandbox lets us use it.
+    void probe() {
+        using namespace detail;
+        {
+            std::string online = read_line("/sys/devices/system/node/online");
+            std::size_t total = 0;
+            // "0-3,5" style list
+            for (std::size_t pos = 0; pos < online.size();) {
+                std::size_t comma = online.find(',', pos);
+                std::string part = online.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+                std::size_t dash = part.find('-');
+                if (!part.empty()) {
+                    if (dash == std::string::npos) total += 1;
+                    else total += std::stoul(part.substr(dash + 1)) - std::stoul(part.substr(0, dash)) + 1;
+                }
+                if (comma == std::string::npos) break;
+                pos = comma + 1;
+            }
+            if (total) caps_.system_nodes = total;
+        }
+        caps_.thp = bracketed(read_line("/sys/kernel/mm/transparent_hugepage/enabled", "[unknown]"));
+        {
+            std::string b = read_line("/proc/sys/kernel/numa_balancing");
+            if (!b.empty()) caps_.numa_balancing = std::atoi(b.c_str());
+        }
+        if (nodes_.empty()) return;
+        const std::size_t page = page_size();
+        void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p != MAP_FAILED) {
+            kernel_nodemask mask;
+            mask.set(nodes_.front().os_index);
+            caps_.memory_binding_errno = sys_mbind(p, page, mpol_bind, mask, 0);
+            caps_.memory_binding = caps_.memory_binding_errno == 0;
+            caps_.preferred_many = sys_mbind(p, page, mpol_preferred_many, mask, 0) == 0;
+            caps_.weighted_interleave = sys_mbind(p, page, mpol_weighted_interleave, mask, 0) == 0;
+            kernel_nodemask none;
+            sys_mbind(p, page, mpol_default, none, 0);
+            void* pages[1] = {p};
+            int status[1] = {0};
+            caps_.page_query_errno = sys_move_pages_query(1, pages, status);
+            caps_.page_query = caps_.page_query_errno == 0;
+            ::munmap(p, page);
+        }
+        // CPU binding: re-apply the calling thread's own binding (changes nothing).
+        auto set = make_bitmap();
+        if (hwloc_get_cpubind(topo_.get(), set.get(), HWLOC_CPUBIND_THREAD) == 0 &&
+            hwloc_set_cpubind(topo_.get(), set.get(), HWLOC_CPUBIND_THREAD) == 0) {
+            caps_.cpu_binding = true;
+        } else {
+            caps_.cpu_binding_errno = errno;
+        }
+    }
+
+    detail::hwloc_topology_ptr topo_;
+    std::vector<node> nodes_;
+    std::vector<unsigned> distances_;
+    std::vector<int> cpu_to_node_;
+    numaplace::capabilities caps_;
+};
+
+/// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
+/// degradations spelled out.
+inline void print_report(std::ostream& os, const topology& topo = topology::get()) {
+    const auto& caps = topo.capabilities();
+    os << "nodes: " << topo.size() << " usable";
+    if (caps.system_nodes != topo.size()) os << " of " << caps.system_nodes << " online (cpuset restricts the rest)";
+    os << '\n';
+    for (const auto& n : topo.nodes()) {
+        os << "node " << n.id << " (os " << n.os_index << "): ";
+        if (n.has_cpus()) {
+            os << n.cores << " cores, cpus";
+            for (unsigned c : n.cpus) os << ' ' << c;
+        } else {
+            os << "memory-only (no cpus)";
+        }
+        os << ", memory " << (n.memory >> 20) << " MiB\n";
+    }
+    os << "distances" << (caps.distances_known ? "" : " (not given by firmware; assumed)") << ":\n     ";
+    for (const auto& b : topo.nodes()) os << ' ' << (b.id < 10 ? "  " : " ") << b.id;
+    os << '\n';
+    for (const auto& a : topo.nodes()) {
+        os << "  " << (a.id < 10 ? " " : "") << a.id << ':';
+        for (const auto& b : topo.nodes()) {
+            unsigned d = topo.distance(a.id, b.id);
+            os << ' ' << (d < 10 ? "  " : d < 100 ? " " : "") << d;
+        }
+        os << '\n';
+    }
+    auto yes_no = [](bool b) { return b ? "yes" : "NO"; };
+    os << "memory binding (mbind):      " << yes_no(caps.memory_binding);
+    if (!caps.memory_binding)
+        os << " (errno " << caps.memory_binding_errno << ": strict placements throw, degrading ones fall back to first touch)";
+    os << "\npage query (move_pages):     " << yes_no(caps.page_query);
+    if (!caps.page_query) os << " (errno " << caps.page_query_errno << ": where() cannot report)";
+    os << "\ncpu binding (hwloc):         " << yes_no(caps.cpu_binding);
+    if (!caps.cpu_binding) os << " (errno " << caps.cpu_binding_errno << ": threads cannot be pinned)";
+    os << "\nMPOL_PREFERRED_MANY:         " << yes_no(caps.preferred_many);
+    if (!caps.preferred_many) os << " (preferred_many strict throws; degrading prefers the first node)";
+    os << "\nMPOL_WEIGHTED_INTERLEAVE:    " << yes_no(caps.weighted_interleave)
+       << " (numaplace weights interleave per page run itself; the kernel's weights are system-wide)";
+    os << "\ntransparent huge pages:      " << caps.thp;
+    os << "\nkernel.numa_balancing:       " << caps.numa_balancing
+       << (caps.numa_balancing > 0 ? " (the kernel may migrate pages after placement)" : "");
+    os << "\ndegradations so far:         " << degradation_count() << '\n';
+    for (const auto& m : degradations()) os << "  - " << m << '\n';
+}
+
+} // namespace numaplace
+
+#endif

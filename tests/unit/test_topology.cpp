@@ -1,0 +1,151 @@
+#include <numaplace/topology.hpp>
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+#include <algorithm>
+
+#include <sched.h>
+
+using numaplace::topology;
+
+TEST(topology, nodes_have_consecutive_ids_and_distinct_os_indexes) {
+    const auto& topo = topology::get();
+    ASSERT_GE(topo.size(), 1u);
+    std::set<unsigned> os;
+    for (std::size_t i = 0; i < topo.size(); ++i) {
+        EXPECT_EQ(topo.nodes()[i].id, static_cast<int>(i));
+        os.insert(topo.nodes()[i].os_index);
+        EXPECT_GT(topo.nodes()[i].memory, 0u);
+        EXPECT_EQ(topo.from_os_index(topo.nodes()[i].os_index), static_cast<int>(i));
+    }
+    EXPECT_EQ(os.size(), topo.size());
+}
+
+TEST(topology, cpus_of_nodes_are_exactly_the_cpus_this_process_may_use) {
+    const auto& topo = topology::get();
+    cpu_set_t allowed;
+    ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    std::set<unsigned> from_nodes;
+    for (const auto& n : topo.nodes())
+        for (unsigned c : n.cpus) {
+            EXPECT_TRUE(from_nodes.insert(c).second) << "cpu " << c << " in two nodes";
+            EXPECT_EQ(topo.node_of_cpu(c), n.id);
+        }
+    std::set<unsigned> from_kernel;
+    for (unsigned c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &allowed)) from_kernel.insert(c);
+    EXPECT_EQ(from_nodes, from_kernel);
+}
+
+static std::set<unsigned> parse_cpulist(const std::string& list) {
+    std::set<unsigned> cpus;
+    std::stringstream ss(list);
+    std::string part;
+    while (std::getline(ss, part, ',')) {
+        if (part.empty()) continue;
+        auto dash = part.find('-');
+        unsigned lo = static_cast<unsigned>(std::stoul(part.substr(0, dash)));
+        unsigned hi = dash == std::string::npos ? lo : static_cast<unsigned>(std::stoul(part.substr(dash + 1)));
+        for (unsigned c = lo; c <= hi; ++c) cpus.insert(c);
+    }
+    return cpus;
+}
+
+TEST(topology, node_ids_agree_with_the_kernel_node_of_each_cpu) {
+    // /sys/devices/system/node/nodeK/cpulist lists the cpus of OS node K.
+    const auto& topo = topology::get();
+    for (const auto& n : topo.nodes()) {
+        std::ifstream in("/sys/devices/system/node/node" + std::to_string(n.os_index) + "/cpulist");
+        std::string list;
+        ASSERT_TRUE(static_cast<bool>(std::getline(in, list))) << "no sysfs entry for os node " << n.os_index;
+        auto kernel = parse_cpulist(list);
+        for (unsigned c : n.cpus) EXPECT_TRUE(kernel.count(c)) << "cpu " << c << " not on os node " << n.os_index;
+    }
+}
+
+TEST(topology, distance_matrix_is_local_on_the_diagonal_and_symmetric_in_size) {
+    const auto& topo = topology::get();
+    for (const auto& a : topo.nodes()) {
+        EXPECT_EQ(topo.distance(a.id, a.id), 10u);
+        for (const auto& b : topo.nodes())
+            if (a.id != b.id) EXPECT_GT(topo.distance(a.id, b.id), 10u);
+    }
+    if (topo.capabilities().distances_known) {
+        // compare with the kernel's table for our nodes
+        for (const auto& a : topo.nodes()) {
+            std::ifstream in("/sys/devices/system/node/node" + std::to_string(a.os_index) + "/distance");
+            std::vector<unsigned> row;
+            unsigned d;
+            while (in >> d) row.push_back(d);
+            for (const auto& b : topo.nodes())
+                if (b.os_index < row.size()) EXPECT_EQ(topo.distance(a.id, b.id), row[b.os_index]);
+        }
+    }
+}
+
+TEST(topology, current_node_is_the_node_of_the_running_cpu) {
+    const auto& topo = topology::get();
+    int cpu = sched_getcpu();
+    ASSERT_GE(cpu, 0);
+    int node = topo.current_node();
+    ASSERT_GE(node, 0);
+    const auto& cpus = topo.at(node).cpus;
+    EXPECT_NE(std::find(cpus.begin(), cpus.end(), static_cast<unsigned>(cpu)), cpus.end());
+}
+
+TEST(topology, with_cpus_excludes_memory_only_nodes) {
+    const auto& topo = topology::get();
+    auto with = topo.with_cpus();
+    for (const auto& n : topo.nodes()) EXPECT_EQ(with.contains(n.id), n.has_cpus());
+    EXPECT_EQ(topo.all().size(), topo.size());
+}
+
+TEST(topology, capabilities_read_the_kernel_settings) {
+    const auto& caps = topology::get().capabilities();
+    EXPECT_EQ(caps.nodes, topology::get().size());
+    EXPECT_GE(caps.system_nodes, caps.nodes);
+    std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+    std::string line;
+    if (std::getline(thp, line)) EXPECT_NE(line.find("[" + caps.thp + "]"), std::string::npos);
+    std::ifstream bal("/proc/sys/kernel/numa_balancing");
+    int b = -1;
+    if (bal >> b) EXPECT_EQ(caps.numa_balancing, b);
+    // The probe of mbind either works or reports why not.
+    EXPECT_EQ(caps.memory_binding, caps.memory_binding_errno == 0);
+}
+
+TEST(topology, report_lists_every_node_and_capability) {
+    std::ostringstream os;
+    numaplace::print_report(os);
+    const std::string r = os.str();
+    for (const auto& n : topology::get().nodes())
+        EXPECT_NE(r.find("node " + std::to_string(n.id) + " (os " + std::to_string(n.os_index) + ")"), std::string::npos);
+    for (const char* key : {"memory binding", "MPOL_PREFERRED_MANY", "MPOL_WEIGHTED_INTERLEAVE", "transparent huge pages",
+                            "kernel.numa_balancing", "degradations"})
+        EXPECT_NE(r.find(key), std::string::npos) << key;
+}
+
+TEST(topology, synthetic_topologies_have_the_requested_nodes) {
+    auto t = topology::from_synthetic("pack:4 numa:1 core:2 pu:1");
+    ASSERT_EQ(t->size(), 4u);
+    for (const auto& n : t->nodes()) {
+        EXPECT_EQ(n.cores, 2u);
+        EXPECT_EQ(n.cpus.size(), 2u);
+    }
+    EXPECT_FALSE(t->is_this_system());
+    EXPECT_THROW(topology::from_synthetic("this is not a topology"), numaplace::invalid_placement);
+}
+
+TEST(topology, get_is_one_snapshot_shared_by_threads) {
+    const topology* a = &topology::get();
+    const topology* b = nullptr;
+    std::thread t([&] { b = &topology::get(); });
+    t.join();
+    EXPECT_EQ(a, b);
+}

@@ -1,0 +1,110 @@
+#include <numaplace/allocator.hpp>
+#include <numaplace/memory.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <seccomp.hpp>
+
+#include <cerrno>
+#include <system_error>
+#include <vector>
+
+#include <sys/mman.h>
+
+using namespace numaplace;
+
+namespace {
+std::size_t resident_pages(void* p, std::size_t bytes) {
+    const std::size_t page = detail::page_size();
+    std::vector<unsigned char> vec((bytes + page - 1) / page);
+    EXPECT_EQ(mincore(p, bytes, vec.data()), 0);
+    std::size_t r = 0;
+    for (auto v : vec) r += v & 1;
+    return r;
+}
+} // namespace
+
+TEST(where, untouched_range_is_reported_untouched_and_stays_untouched) {
+    const std::size_t bytes = 32u << 20;
+    void* p = memory::map(bytes);
+    auto h = where(p, bytes);
+    EXPECT_EQ(h.pages, bytes / detail::page_size());
+    EXPECT_EQ(h.untouched, h.pages);
+    EXPECT_EQ(h.touched(), 0u);
+    EXPECT_EQ(resident_pages(p, bytes), 0u) << "where faulted pages in";
+    EXPECT_DOUBLE_EQ(h.locality(0), 1.0);
+    memory::unmap(p, bytes);
+}
+
+TEST(where, counts_exactly_the_touched_pages) {
+    const std::size_t page = detail::page_size();
+    const std::size_t pages = 1000;
+    void* p = memory::map(pages * page);
+    memory::forbid_huge_pages(p, pages * page);
+    auto* c = static_cast<char*>(p);
+    for (std::size_t i = 0; i < pages; i += 3) c[i * page] = 1; // 334 pages
+    auto h = where(p, pages * page);
+    EXPECT_EQ(h.pages, pages);
+    EXPECT_EQ(h.touched(), 334u);
+    EXPECT_EQ(h.untouched, pages - 334u);
+    std::size_t sum = h.elsewhere;
+    for (auto k : h.per_node) sum += k;
+    EXPECT_EQ(sum, 334u);
+    EXPECT_EQ(h.on(topology::get().current_node()) + h.elsewhere, sum - [&] {
+        std::size_t other = 0;
+        for (const auto& n : topology::get().nodes())
+            if (n.id != topology::get().current_node()) other += h.on(n.id);
+        return other;
+    }());
+    memory::unmap(p, pages * page);
+}
+
+TEST(where, counts_every_page_an_unaligned_range_overlaps) {
+    const std::size_t page = detail::page_size();
+    void* p = memory::map(4 * page);
+    auto* c = static_cast<char*>(p);
+    EXPECT_EQ(where(c + page - 1, 2).pages, 2u); // straddles one boundary
+    EXPECT_EQ(where(c + 10, page).pages, 2u);
+    EXPECT_EQ(where(c, page).pages, 1u);
+    EXPECT_EQ(where(c + 5, 1).pages, 1u);
+    EXPECT_EQ(where(c, 0).pages, 0u);
+    memory::unmap(p, 4 * page);
+}
+
+TEST(where, batches_large_ranges) {
+    // more pages than one move_pages batch (4096)
+    const std::size_t pages = 10000, page = detail::page_size();
+    std::vector<char, node_allocator<char>> v(pages * page, 1, node_allocator<char>(0));
+    auto h = where(v);
+    EXPECT_EQ(h.pages, pages);
+    EXPECT_EQ(h.on(0), pages);
+}
+
+TEST(where, locality_against_a_partition_is_exact_per_page) {
+    const auto& topo = topology::get();
+    const std::size_t n = (8u << 20) / sizeof(int);
+    partition part(n, sizeof(int), topo.all(), std::vector<std::size_t>(topo.size(), 1), edge_alignment::page);
+    // everything on node 0: exactly block 0's pages are local
+    std::vector<int, node_allocator<int>> v(n, 1, node_allocator<int>(0));
+    auto loc = where(v.data(), part);
+    const auto b0 = part.block_on(0);
+    const std::size_t page = detail::page_size();
+    EXPECT_EQ(loc.histogram.untouched, 0u);
+    EXPECT_EQ(loc.local, b0.size() * sizeof(int) / page);
+    EXPECT_EQ(loc.local + loc.remote, loc.histogram.pages);
+    EXPECT_DOUBLE_EQ(loc.fraction(), static_cast<double>(b0.size()) / static_cast<double>(n));
+}
+
+TEST(where, query_refused_throws_system_error_with_errno) {
+    int code = numaplace_test::run_denied({SYS_move_pages}, [] {
+        int x = 1;
+        try {
+            (void)where(&x, sizeof x);
+            return 1;
+        } catch (const std::system_error& e) {
+            return e.code().value() == EPERM ? 0 : 2;
+        }
+    });
+    EXPECT_EQ(code, 0);
+}
