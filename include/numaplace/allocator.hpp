@@ -6,9 +6,10 @@
 /// (and `allocator<T, Placement>` for any placement), plus `default_init_allocator` so vectors of
 /// trivial types are not zero-filled by one thread.
 ///
-/// Large vs small: an allocation of at least one page (`detail::page_size()`, 4 KiB on x86-64) is its
-/// own mapping, placed page by page. Smaller ones come from the per-node pool (`node_pool`) of the
-/// placement's home node: never one mmap per map node. `benchmarks/allocation.cpp` shows both paths.
+/// Large vs small: an allocation of 4 KiB or more (one page on x86-64) is its own mapping, placed page
+/// by page. Smaller ones come from the small-object heap of the placement's home node (size classes,
+/// per-thread caches; `node_pool` is the same heap as a std::pmr resource): never one mmap per map
+/// node. `benchmarks/allocation.cpp` (BM_Threshold_*) shows both paths.
 
 #include "error.hpp"
 #include "memory.hpp"
@@ -53,6 +54,12 @@ public:
     template <class... Args, class = std::enable_if_t<std::is_constructible<Placement, Args&&...>::value>>
     explicit allocator(Args&&... args) : placement_(std::forward<Args>(args)...) {}
     allocator(const Placement& p) : placement_(p) {} // NOLINT: implicit on purpose, a placement is an allocator
+    // Copy only, no move: a moved-from allocator must stay equal to what it was (Allocator
+    // requirements, LWG 2593). Containers rely on it: libstdc++'s deque move constructor leaves the
+    // source a fresh map that it later frees with the moved-from allocator. Moving the placement would
+    // empty its node set / partition there.
+    allocator(const allocator&) = default;
+    allocator& operator=(const allocator&) = default;
     template <class U>
     allocator(const allocator<U, Placement>& other) noexcept : placement_(other.placement()) {}
 
@@ -67,13 +74,13 @@ public:
         const std::size_t bytes = n * sizeof(T);
         if (is_large(bytes)) return static_cast<T*>(memory::allocate(bytes, placement_));
         check_small(bytes);
-        return static_cast<T*>(node_pool(placement_.home_node()).allocate(bytes == 0 ? 1 : bytes, alignof(T)));
+        return static_cast<T*>(detail::small_allocate(placement_.home_node(), bytes, alignof(T)));
     }
     /// \effects releases what `allocate(n)` returned (of this or an equal allocator).
     void deallocate(T* p, size_type n) noexcept {
         const std::size_t bytes = n * sizeof(T);
         if (is_large(bytes)) memory::unmap(p, bytes);
-        else node_pool(placement_.home_node()).deallocate(p, bytes == 0 ? 1 : bytes, alignof(T));
+        else detail::small_deallocate(placement_.home_node(), p, bytes, alignof(T));
     }
 
     allocator select_on_container_copy_construction() const { return *this; }
@@ -88,7 +95,10 @@ public:
     }
 
 private:
-    static bool is_large(std::size_t bytes) noexcept { return bytes >= detail::page_size(); }
+    // 4 KiB or more (or an over-aligned type): own mapping. Below: the node's small-object heap.
+    static bool is_large(std::size_t bytes) noexcept {
+        return detail::small_request_size(bytes, alignof(T)) > detail::small_limit || bytes >= detail::small_limit;
+    }
     // The pool's pages are bound degradingly; a strict placement must not silently get unbound memory.
     void check_small(std::size_t bytes) const {
         const auto& caps = topology::get().capabilities();

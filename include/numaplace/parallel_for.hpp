@@ -34,6 +34,31 @@
 
 #include <link.h>
 
+// ThreadSanitizer: oneTBB hands a task to another thread inside libtbb.so, which is not instrumented, so
+// TSan cannot see that everything the spawning thread wrote happens before the task runs (and that the
+// task's writes happen before wait() returns). These annotations state exactly that guarantee of oneTBB
+// at our spawn and join points, so TSan still checks every access of numaplace and of loop bodies.
+#if defined(__SANITIZE_THREAD__)
+#define NUMAPLACE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define NUMAPLACE_TSAN 1
+#endif
+#endif
+#ifdef NUMAPLACE_TSAN
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+namespace numaplace { namespace detail {
+// One address for every handover: a task must acquire before it reads anything, its own closure included.
+inline char handover_token;
+}}
+#define NUMAPLACE_HANDOVER_RELEASE() __tsan_release(static_cast<void*>(&::numaplace::detail::handover_token))
+#define NUMAPLACE_HANDOVER_ACQUIRE() __tsan_acquire(static_cast<void*>(&::numaplace::detail::handover_token))
+#else
+#define NUMAPLACE_HANDOVER_RELEASE() ((void)0)
+#define NUMAPLACE_HANDOVER_ACQUIRE() ((void)0)
+#endif
+
 namespace numaplace {
 
 /// The contiguous index range [begin, end) handed to a loop body, and the node it runs on.
@@ -271,18 +296,22 @@ void run_blocks(const partition& part, Fn&& fn) {
         tbb::task_group group;
         std::exception_ptr error;
         std::atomic<bool> failed{false};
+        NUMAPLACE_HANDOVER_RELEASE();
         for (const auto& b : blocks) {
             if (b.empty()) continue;
             group.run([&fn, &b, &group, &error, &failed] {
+                NUMAPLACE_HANDOVER_ACQUIRE();
                 try {
                     fn(b);
                 } catch (...) {
                     if (!failed.exchange(true)) error = std::current_exception();
                     group.cancel();
                 }
+                NUMAPLACE_HANDOVER_RELEASE();
             });
         }
         group.wait();
+        NUMAPLACE_HANDOVER_ACQUIRE();
         if (error) std::rethrow_exception(error);
         return;
     }
@@ -300,23 +329,27 @@ void run_blocks(const partition& part, Fn&& fn) {
         groups[k] = std::make_unique<tbb::task_group>();
         where[k] = arenas.arena_for(blocks[k].node);
     }
+    NUMAPLACE_HANDOVER_RELEASE();
     for (std::size_t k = 0; k < count; ++k) {
         if (!groups[k]) continue;
         tbb::task_group* g = groups[k].get();
         const block* b = &blocks[k];
         where[k]->execute([&, g, b] {
             g->run([&, b] {
+                NUMAPLACE_HANDOVER_ACQUIRE();
                 try {
                     fn(*b);
                 } catch (...) {
                     if (!failed.exchange(true)) error = std::current_exception();
                     cancel_all();
                 }
+                NUMAPLACE_HANDOVER_RELEASE();
             });
         });
     }
     for (std::size_t k = 0; k < count; ++k)
         if (groups[k]) where[k]->execute([&, k] { groups[k]->wait(); });
+    NUMAPLACE_HANDOVER_ACQUIRE();
     if (error) std::rethrow_exception(error);
 }
 
@@ -333,11 +366,15 @@ template <class Body>
 void parallel_for(const partition& part, Body&& body, std::size_t grain = 1) {
     detail::run_blocks(part, [&body, grain](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
+        NUMAPLACE_HANDOVER_RELEASE();
         tbb::parallel_for(tbb::blocked_range<std::size_t>(b.begin, b.end, grain),
                           [&body, node](const tbb::blocked_range<std::size_t>& r) {
+                              NUMAPLACE_HANDOVER_ACQUIRE();
                               detail::scoped_block_node mark(node);
                               detail::call_body(body, r.begin(), r.end(), node);
+                              NUMAPLACE_HANDOVER_RELEASE();
                           });
+        NUMAPLACE_HANDOVER_ACQUIRE();
     });
 }
 
@@ -373,13 +410,23 @@ T parallel_reduce(const partition& part, const T& identity, Body&& body, Combine
     const block* first = part.blocks().empty() ? nullptr : &part.blocks().front();
     detail::run_blocks(part, [&](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
+        NUMAPLACE_HANDOVER_RELEASE();
         partial[static_cast<std::size_t>(&b - first)] = tbb::parallel_reduce(
             tbb::blocked_range<std::size_t>(b.begin, b.end, grain), identity,
             [&body, node](const tbb::blocked_range<std::size_t>& r, T acc) {
+                NUMAPLACE_HANDOVER_ACQUIRE();
                 detail::scoped_block_node mark(node);
-                return body(subrange(r.begin(), r.end(), node), std::move(acc));
+                T result = body(subrange(r.begin(), r.end(), node), std::move(acc));
+                NUMAPLACE_HANDOVER_RELEASE();
+                return result;
             },
-            combine);
+            [&combine](T x, T y) {
+                NUMAPLACE_HANDOVER_ACQUIRE();
+                T result = combine(std::move(x), std::move(y));
+                NUMAPLACE_HANDOVER_RELEASE();
+                return result;
+            });
+        NUMAPLACE_HANDOVER_ACQUIRE();
     });
     T result = identity;
     for (auto& p : partial) result = combine(std::move(result), std::move(p));

@@ -169,12 +169,18 @@ private:
         case edge_alignment::huge: return huge;
         case edge_alignment::automatic: break;
         }
-        std::size_t used = 0;
-        for (std::size_t w : d.weights) used += w != 0;
+        std::size_t total = 0, smallest = 0; // smallest non-zero weight
+        for (std::size_t w : d.weights) {
+            total += w;
+            if (w != 0 && (smallest == 0 || w < smallest)) smallest = w;
+        }
         const bool thp_always = topology::get().capabilities().thp == "always";
-        // bytes per used block >= 8 huge pages (in long double: n * element_size may overflow)
-        const bool large = static_cast<long double>(d.n) * static_cast<long double>(d.element_size) >=
-                           8.0L * static_cast<long double>(huge) * static_cast<long double>(used ? used : 1);
+        // the smallest used block (bytes * smallest / total) >= 8 huge pages, so that every block gets
+        // them with unequal weights too (in long double: n * element_size may overflow)
+        const bool large = total != 0 &&
+                           static_cast<long double>(d.n) * static_cast<long double>(d.element_size) *
+                                   static_cast<long double>(smallest) >=
+                               8.0L * static_cast<long double>(huge) * static_cast<long double>(total);
         return thp_always && large ? huge : page;
     }
 

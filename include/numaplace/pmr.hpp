@@ -3,8 +3,9 @@
 
 /// \file
 /// `std::pmr` memory resources: whole pages with a placement, and a pooled small-object resource per
-/// node (a `std::pmr::synchronized_pool_resource` over that node's page resource).
+/// node.
 
+#include "detail/small_pool.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
 #include "topology.hpp"
@@ -45,42 +46,47 @@ private:
     Placement placement_;
 };
 
-namespace detail {
-// One pool per node, created on first use and never destroyed (containers with static storage may
-// release memory into them during static destruction).
-struct node_pools {
-    std::mutex mutex;
-    std::vector<std::pmr::memory_resource*> pools; // indexed by node id
+/// The small-object resource of one node: blocks below 4 KiB come from the node's heap (size classes,
+/// per-thread caches: detail/small_pool.hpp), larger ones are their own node-bound mapping. Binding is
+/// degrading: if the kernel refuses it, memory comes from anywhere and `degradations()` says so.
+class node_pool_resource : public std::pmr::memory_resource {
+public:
+    explicit node_pool_resource(int node) : node_(node) { topology::get().check(node); }
+    int node() const noexcept { return node_; }
 
-    static node_pools& instance() {
-        static node_pools* p = new node_pools;
-        return *p;
+private:
+    static bool small(std::size_t bytes, std::size_t alignment) noexcept {
+        return detail::small_request_size(bytes, alignment) <= detail::small_limit;
     }
-    std::pmr::memory_resource& get(int node) {
-        const auto& topo = topology::get();
-        topo.check(node);
-        std::lock_guard<std::mutex> lock(mutex);
-        if (pools.empty()) pools.assign(topo.size(), nullptr);
-        auto& slot = pools[static_cast<std::size_t>(node)];
-        if (!slot) {
-            // Upstream binds each chunk to the node; degrading because strictness is decided by the
-            // allocator before it reaches the pool (see allocator.hpp).
-            auto* upstream = new page_resource<on_node>(on_node(node, node_policy::bind, fallback::degrade));
-            std::pmr::pool_options options;
-            options.largest_required_pool_block = page_size();
-            options.max_blocks_per_chunk = 4096;
-            slot = new std::pmr::synchronized_pool_resource(options, upstream);
-        }
-        return *slot;
+    void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+        if (small(bytes, alignment)) return detail::small_allocate(node_, bytes, alignment);
+        void* p = memory::map(bytes, alignment);
+        memory::bind(p, bytes, memory::policy_mode::bind, node_set{node_}, fallback::degrade);
+        return p;
     }
+    void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
+        if (small(bytes, alignment)) detail::small_deallocate(node_, p, bytes, alignment);
+        else memory::unmap(p, bytes);
+    }
+    bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
+        auto* o = dynamic_cast<const node_pool_resource*>(&other);
+        return o && o->node_ == node_;
+    }
+    int node_;
 };
-} // namespace detail
 
-/// \returns the pooled small-object resource of `node` (thread-safe, never destroyed): pages come from
-/// `node` in chunks, blocks up to a page are pooled. Use it for `std::pmr` containers:
-/// `std::pmr::map<int, int> m(&numaplace::node_pool(1));`
+/// \returns the pooled small-object resource of `node` (thread-safe, never destroyed). Use it for
+/// `std::pmr` containers: `std::pmr::map<int, int> m(&numaplace::node_pool(1));`
 /// \throws unknown_node.
-inline std::pmr::memory_resource& node_pool(int node) { return detail::node_pools::instance().get(node); }
+inline node_pool_resource& node_pool(int node) {
+    static std::vector<node_pool_resource*>* pools = [] {
+        auto* v = new std::vector<node_pool_resource*>; // never destroyed
+        for (std::size_t i = 0; i < topology::get().size(); ++i) v->push_back(new node_pool_resource(static_cast<int>(i)));
+        return v;
+    }();
+    topology::get().check(node);
+    return *(*pools)[static_cast<std::size_t>(node)];
+}
 
 } // namespace numaplace
 

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""Plot the DGEMV placement benchmark from Google Benchmark JSON.
+
+Usage: plot_dgemv.py results.json out.png
+
+results.json is the output of `bench_dgemv --benchmark_format=json` (or `--benchmark_out=results.json`).
+Benchmarks are grouped by placement, read from the name (`BM_Dgemv_<placement>/...`): the words
+read_limit, openblas, serial_init, parallel_init, interleaved, node0, partitioned. The thread count comes
+from a `/threads:N` part of the name, else from a `threads` user counter. Used counters: `speedup`,
+`fraction_of_limit` and, when `fraction_of_limit` is missing, `GBps` divided by the read_limit's GBps at the
+same thread count. Aggregates (mean/median/stddev of repetitions): the median is used when present, else
+the plain iterations are averaged.
+
+Writes one PNG with two panels: speedup vs threads per placement, fraction of the read limit vs threads.
+"""
+import json
+import re
+import sys
+from collections import defaultdict
+
+try:
+    import matplotlib
+except ImportError:  # e.g. a pyenv/venv python3 first on PATH while python3-matplotlib is the system's
+    sys.exit("plot_dgemv.py: matplotlib not found; install python3-matplotlib (or pip install matplotlib), "
+             "or run it with the interpreter that has it, e.g. /usr/bin/python3 plot_dgemv.py ...")
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
+
+# Longest first so that e.g. "parallel_init" is not mistaken for something shorter.
+PLACEMENTS = ["parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
+ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "openblas", "read_limit"]
+STYLE = {
+    "serial_init": dict(marker="o"),
+    "parallel_init": dict(marker="s"),
+    "interleaved": dict(marker="^"),
+    "node0": dict(marker="v"),
+    "partitioned": dict(marker="D"),
+    "openblas": dict(marker="x", linestyle="--"),
+    "read_limit": dict(marker="+", linestyle=":", color="black"),
+}
+
+
+def placement_of(name):
+    """Placement word in a benchmark name, or None. Matches whole '_'/'/'-separated words."""
+    low = name.lower()
+    for word in PLACEMENTS:
+        if re.search(r"(^|[_/])" + re.escape(word) + r"($|[_/:])", low):
+            return word
+    return None
+
+
+def threads_of(bench):
+    """Thread count from a `/threads:N` name part, else from the `threads` field or user counter
+    (a user counter named `threads` is written after Google Benchmark's own field and wins in json.load)."""
+    m = re.search(r"/threads:(\d+)", bench.get("name", ""))
+    if m:
+        return int(m.group(1))
+    t = bench.get("threads")  # user counter (Google Benchmark puts counters at the top level)
+    if isinstance(t, (int, float)) and t > 0:
+        return int(round(t))
+    return None
+
+
+def number(bench, key):
+    v = bench.get(key)
+    return float(v) if isinstance(v, (int, float)) else None
+
+
+def collect(benchmarks):
+    """{placement: {threads: {counter: value}}}, preferring median aggregates over iterations."""
+    medians = defaultdict(lambda: defaultdict(dict))
+    runs = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    for b in benchmarks:
+        if b.get("error_occurred"):
+            continue
+        name = b.get("run_name") or b.get("name", "")
+        place = placement_of(name)
+        threads = threads_of(dict(b, name=name))
+        if place is None or threads is None:
+            continue
+        kind = b.get("run_type", "iteration")
+        agg = b.get("aggregate_name")
+        for key in ("speedup", "fraction_of_limit", "GBps"):
+            v = number(b, key)
+            if v is None:
+                continue
+            if kind == "aggregate":
+                if agg == "median":
+                    medians[place][threads][key] = v
+            else:
+                runs[place][threads][key].append(v)
+    data = defaultdict(dict)
+    for place in set(medians) | set(runs):
+        for t in set(medians[place]) | set(runs[place]):
+            vals = {k: sum(v) / len(v) for k, v in runs[place][t].items() if v}
+            vals.update(medians[place][t])
+            data[place][t] = vals
+    # fraction_of_limit from GBps where the benchmark did not report it
+    limit = data.get("read_limit", {})
+    for place, per_t in data.items():
+        for t, vals in per_t.items():
+            if "fraction_of_limit" not in vals and "GBps" in vals:
+                ref = limit.get(t, {}).get("GBps")
+                if ref:
+                    vals["fraction_of_limit"] = vals["GBps"] / ref
+    return data
+
+
+def main(argv):
+    if len(argv) != 3:
+        sys.stderr.write("usage: plot_dgemv.py results.json out.png\n")
+        return 2
+    with open(argv[1]) as f:
+        doc = json.load(f)
+    data = collect(doc.get("benchmarks", []))
+    if not data:
+        sys.stderr.write("plot_dgemv.py: no BM_Dgemv_<placement> benchmarks with a thread count found\n")
+        return 1
+
+    fig, (ax_s, ax_f) = plt.subplots(1, 2, figsize=(12, 4.8))
+    places = [p for p in ORDER if p in data]
+    max_t = max(t for p in places for t in data[p])
+    for place in places:
+        ts = sorted(data[place])
+        for ax, key in ((ax_s, "speedup"), (ax_f, "fraction_of_limit")):
+            pts = [(t, data[place][t][key]) for t in ts if key in data[place][t]]
+            if pts and not (key == "fraction_of_limit" and place == "read_limit"):
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], label=place, **STYLE.get(place, {}))
+    ax_s.plot([1, max_t], [1, max_t], color="grey", linewidth=0.8, linestyle=":", label="linear")
+    ax_f.axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="read limit")
+
+    ctx = doc.get("context", {})
+    host = ctx.get("host_name", "")
+    ax_s.set(title="DGEMV speedup vs 1 thread", xlabel="threads", ylabel="speedup")
+    ax_f.set(title="DGEMV bandwidth / read limit (same run)", xlabel="threads", ylabel="fraction of read limit")
+    ax_f.set_ylim(bottom=0, top=max(1.1, ax_f.get_ylim()[1]))
+    for ax in (ax_s, ax_f):
+        ax.grid(True, alpha=0.3)
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.legend(fontsize="small")
+    if host:
+        fig.suptitle(f"{host}: {ctx.get('num_cpus', '?')} CPUs", fontsize="medium")
+    fig.tight_layout()
+    fig.savefig(argv[2], dpi=120)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,799 @@
+// The C++17 Allocator requirements with real std containers, for node_allocator, interleaved_allocator,
+// partitioned_allocator and default_init_allocator, plus the std::pmr resources. Every expectation is
+// computed from topology::get(), so the same binary is exact on one node and in the multi-node guests.
+
+#include <numaplace/allocator.hpp>
+#include <numaplace/partition.hpp>
+#include <numaplace/placement.hpp>
+#include <numaplace/pmr.hpp>
+#include <numaplace/topology.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <list>
+#include <map>
+#include <memory>
+#include <memory_resource>
+#include <new>
+#include <numeric>
+#include <string>
+#include <type_traits>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+using numaplace::default_init_allocator;
+using numaplace::fallback;
+using numaplace::interleaved_allocator;
+using numaplace::node_allocator;
+using numaplace::node_policy;
+using numaplace::node_set;
+using numaplace::on_node;
+using numaplace::partitioned_allocator;
+using numaplace::topology;
+
+// --- allocator_traits ----------------------------------------------------------------------------
+
+namespace {
+
+template <class A, class T, class ReboundToDouble>
+constexpr bool check_traits() {
+    using traits = std::allocator_traits<A>;
+    static_assert(std::is_same<typename traits::value_type, T>::value, "value_type");
+    static_assert(std::is_same<typename traits::pointer, T*>::value, "pointer");
+    static_assert(std::is_same<typename traits::const_pointer, const T*>::value, "const_pointer");
+    static_assert(std::is_same<typename traits::size_type, std::size_t>::value, "size_type");
+    static_assert(std::is_same<typename traits::difference_type, std::ptrdiff_t>::value, "difference_type");
+    static_assert(std::is_same<typename traits::template rebind_alloc<double>, ReboundToDouble>::value,
+                  "rebind_alloc gives the same template with U");
+    static_assert(std::is_same<typename traits::template rebind_alloc<T>, A>::value, "rebind to T is A");
+    static_assert(!traits::is_always_equal::value, "stateful: is_always_equal is false");
+    // The allocator travels with the pages: move assignment and swap propagate it, copy assignment does
+    // not (the destination keeps saying where its data lives). See allocator.hpp.
+    static_assert(!traits::propagate_on_container_copy_assignment::value, "POCCA false");
+    static_assert(traits::propagate_on_container_move_assignment::value, "POCMA true");
+    static_assert(traits::propagate_on_container_swap::value, "POCS true");
+    static_assert(std::is_copy_constructible<A>::value && std::is_move_constructible<A>::value, "copyable");
+    static_assert(std::is_copy_assignable<A>::value, "assignable");
+    static_assert(std::is_constructible<A, const ReboundToDouble&>::value, "converting constructor");
+    static_assert(std::is_constructible<ReboundToDouble, const A&>::value, "converting constructor");
+    static_assert(std::is_same<decltype(std::declval<A&>().allocate(std::size_t(1))), T*>::value, "allocate");
+    static_assert(noexcept(std::declval<A&>().deallocate(std::declval<T*>(), std::size_t(1))), "deallocate noexcept");
+    static_assert(noexcept(std::declval<const A&>().max_size()), "max_size noexcept");
+    static_assert(std::is_same<decltype(std::declval<const A&>() == std::declval<const A&>()), bool>::value, "==");
+    static_assert(std::is_same<decltype(std::declval<const A&>() != std::declval<const A&>()), bool>::value, "!=");
+    static_assert(std::is_same<decltype(std::declval<const A&>() == std::declval<const ReboundToDouble&>()), bool>::value,
+                  "== across value types");
+    static_assert(std::is_same<decltype(traits::select_on_container_copy_construction(std::declval<const A&>())), A>::value,
+                  "select_on_container_copy_construction");
+    return true;
+}
+
+static_assert(check_traits<node_allocator<int>, int, node_allocator<double>>(), "");
+static_assert(check_traits<interleaved_allocator<int>, int, interleaved_allocator<double>>(), "");
+static_assert(check_traits<partitioned_allocator<int>, int, partitioned_allocator<double>>(), "");
+static_assert(check_traits<node_allocator<std::string>, std::string, node_allocator<double>>(), "");
+static_assert(check_traits<default_init_allocator<node_allocator<int>>, int,
+                           default_init_allocator<node_allocator<double>>>(), "");
+static_assert(check_traits<default_init_allocator<interleaved_allocator<int>>, int,
+                           default_init_allocator<interleaved_allocator<double>>>(), "");
+static_assert(check_traits<default_init_allocator<partitioned_allocator<int>>, int,
+                           default_init_allocator<partitioned_allocator<double>>>(), "");
+static_assert(std::is_same<numaplace::partitioned_vector<float>,
+                           std::vector<float, default_init_allocator<partitioned_allocator<float>>>>::value, "");
+static_assert(std::is_nothrow_copy_constructible<node_allocator<int>>::value, "on_node copies cannot throw");
+// Default construction only where the placement has a default: interleave over every node. (So e.g.
+// basic_string::substr, which builds its result with a default-constructed Allocator, is unavailable
+// with node and partitioned allocators: construct basic_string(s, pos, n, alloc) instead.)
+static_assert(!std::is_default_constructible<node_allocator<int>>::value, "");
+static_assert(!std::is_default_constructible<partitioned_allocator<int>>::value, "");
+static_assert(std::is_default_constructible<interleaved_allocator<int>>::value, "");
+
+const std::size_t page = numaplace::detail::page_size();
+
+bool binding_works() { return topology::get().capabilities().memory_binding; }
+bool query_works() { return topology::get().capabilities().page_query; }
+// Strict where the kernel lets us bind (every guest); degrading where it does not, so containers work.
+fallback binding_fallback() { return binding_works() ? fallback::strict : fallback::degrade; }
+int last_node() { return static_cast<int>(topology::get().size()) - 1; }
+
+// The three allocator families. make<T>(0) and make<T>(1) compare unequal on any topology when
+// `variants_differ()` (different policy / node set / partition size, or fallback on one node).
+struct node_kind {
+    template <class T>
+    using alloc = node_allocator<T>;
+    template <class T>
+    static alloc<T> make(int variant) {
+        return variant == 0 ? alloc<T>(on_node(0, node_policy::bind, binding_fallback()))
+                            : alloc<T>(on_node(last_node(), node_policy::prefer, fallback::degrade));
+    }
+    static bool variants_differ() { return true; }
+};
+
+struct interleaved_kind {
+    template <class T>
+    using alloc = interleaved_allocator<T>;
+    template <class T>
+    static alloc<T> make(int variant) {
+        return variant == 0 ? alloc<T>(numaplace::interleaved(topology::get().all(), {}, binding_fallback()))
+                            : alloc<T>(numaplace::interleaved(node_set{last_node()}, {}, fallback::degrade));
+    }
+    static bool variants_differ() { return topology::get().size() > 1 || binding_works(); }
+};
+
+struct partitioned_kind {
+    template <class T>
+    using alloc = partitioned_allocator<T>;
+    template <class T>
+    static alloc<T> make(int variant) {
+        return variant == 0
+                   ? alloc<T>(numaplace::partitioned(numaplace::partition(100000, sizeof(T)), binding_fallback()))
+                   : alloc<T>(numaplace::partitioned(numaplace::partition(3, sizeof(T)), fallback::degrade));
+    }
+    static bool variants_differ() { return true; }
+};
+
+// default_init_allocator over each family.
+template <class Kind>
+struct default_init_kind {
+    template <class T>
+    using alloc = default_init_allocator<typename Kind::template alloc<T>>;
+    template <class T>
+    static alloc<T> make(int variant) { return alloc<T>(Kind::template make<T>(variant)); }
+    static bool variants_differ() { return Kind::variants_differ(); }
+};
+
+// A value with a heap part, to catch double destruction / missed construction in the containers.
+std::string text(int i) { return "value number " + std::to_string(i) + " with a tail longer than SSO"; }
+
+// --- containers doing real work -------------------------------------------------------------------
+
+template <class K>
+void vector_work() {
+    using A = typename K::template alloc<int>;
+    const A a = K::template make<int>(0);
+    std::vector<int, A> v(a);
+    const int n = 100000; // 400 KB: many pages, several reallocations through small and large sizes
+    for (int i = 0; i < n; ++i) v.push_back(i);
+    ASSERT_EQ(v.size(), static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i);
+    EXPECT_TRUE(v.get_allocator() == a);
+    // erase every odd value
+    v.erase(std::remove_if(v.begin(), v.end(), [](int x) { return x % 2 != 0; }), v.end());
+    ASSERT_EQ(v.size(), static_cast<std::size_t>(n / 2));
+    for (std::size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<int>(2 * i));
+    v.insert(v.begin() + 10, 1000, -1);
+    EXPECT_EQ(std::count(v.begin(), v.end(), -1), 1000);
+    v.erase(v.begin() + 10, v.begin() + 1010);
+    // copy, move, compare
+    std::vector<int, A> copy(v);
+    EXPECT_TRUE(copy == v);
+    EXPECT_TRUE(copy.get_allocator() == v.get_allocator());
+    const int* data = copy.data();
+    std::vector<int, A> moved(std::move(copy));
+    EXPECT_EQ(moved.data(), data); // the pages move with the data
+    EXPECT_TRUE(moved == v);
+    v.shrink_to_fit();
+    EXPECT_TRUE(moved == v);
+    v.clear();
+    v.shrink_to_fit();
+    EXPECT_TRUE(v.empty());
+    // a vector of strings: elements with their own allocations (std::allocator) inside placed memory
+    using S = typename K::template alloc<std::string>;
+    std::vector<std::string, S> s(K::template make<std::string>(0));
+    for (int i = 0; i < 2000; ++i) s.emplace_back(text(i));
+    std::vector<std::string, S> s2 = s;
+    s.erase(s.begin(), s.begin() + 1000);
+    ASSERT_EQ(s.size(), 1000u);
+    for (int i = 0; i < 1000; ++i) EXPECT_EQ(s[static_cast<std::size_t>(i)], text(i + 1000));
+    EXPECT_EQ(s2.size(), 2000u);
+}
+
+template <class K>
+void deque_work() {
+    using A = typename K::template alloc<long>;
+    std::deque<long, A> d(K::template make<long>(0));
+    const long n = 50000;
+    for (long i = 0; i < n; ++i) {
+        d.push_back(i);
+        d.push_front(-i - 1);
+    }
+    ASSERT_EQ(d.size(), static_cast<std::size_t>(2 * n));
+    for (long i = 0; i < 2 * n; ++i) ASSERT_EQ(d[static_cast<std::size_t>(i)], i - n);
+    for (long i = 0; i < n / 2; ++i) {
+        d.pop_front();
+        d.pop_back();
+    }
+    d.erase(d.begin() + 100, d.begin() + 200);
+    ASSERT_EQ(d.size(), static_cast<std::size_t>(n - 100));
+    std::deque<long, A> copy(d);
+    EXPECT_TRUE(copy == d);
+    std::deque<long, A> moved(std::move(copy));
+    EXPECT_TRUE(moved == d);
+    d.shrink_to_fit();
+    EXPECT_TRUE(moved == d);
+}
+
+template <class K>
+void list_work() {
+    using A = typename K::template alloc<int>;
+    const A a = K::template make<int>(0);
+    std::list<int, A> l(a);
+    const int n = 20000; // 20000 nodes of ~24 bytes: > 100 pages, all from the node pool
+    for (int i = 0; i < n; ++i) l.push_back((i * 7919) % n);
+    l.sort();
+    int expected = 0;
+    for (int x : l) ASSERT_EQ(x, expected++);
+    l.remove_if([](int x) { return x % 3 == 0; });
+    EXPECT_EQ(l.size(), static_cast<std::size_t>(n - (n + 2) / 3));
+    std::list<int, A> copy(l);
+    EXPECT_TRUE(copy == l);
+    std::list<int, A> other(a);
+    other.push_back(-1);
+    other.splice(other.end(), copy); // equal allocators: nodes change owner
+    EXPECT_TRUE(copy.empty());
+    EXPECT_EQ(other.size(), l.size() + 1);
+    other.pop_front();
+    EXPECT_TRUE(other == l);
+    std::list<int, A> moved(std::move(other));
+    EXPECT_TRUE(moved == l);
+}
+
+template <class K>
+void map_work() {
+    using A = typename K::template alloc<std::pair<const int, std::string>>;
+    std::map<int, std::string, std::less<int>, A> m(K::template make<std::pair<const int, std::string>>(0));
+    const int n = 10000;
+    for (int i = 0; i < n; ++i) m.emplace((i * 7919) % n, text(i));
+    ASSERT_EQ(m.size(), static_cast<std::size_t>(n));
+    int expected = 0;
+    for (const auto& kv : m) ASSERT_EQ(kv.first, expected++);
+    for (int i = 0; i < n; i += 2) EXPECT_EQ(m.erase(i), 1u);
+    EXPECT_EQ(m.size(), static_cast<std::size_t>(n / 2));
+    EXPECT_EQ(m.count(2), 0u);
+    EXPECT_EQ(m.count(3), 1u);
+    auto copy = m;
+    EXPECT_TRUE(copy == m);
+    auto moved = std::move(copy);
+    EXPECT_TRUE(moved == m);
+    moved.clear();
+    EXPECT_TRUE(moved.empty());
+}
+
+template <class K>
+void unordered_map_work() {
+    using V = std::pair<const int, int>;
+    using A = typename K::template alloc<V>;
+    std::unordered_map<int, int, std::hash<int>, std::equal_to<int>, A> m(16, std::hash<int>(), std::equal_to<int>(),
+                                                                          K::template make<V>(0));
+    const int n = 50000; // the bucket array alone is > 100 pages: the large path
+    for (int i = 0; i < n; ++i) m.emplace(i, i * 3);
+    ASSERT_EQ(m.size(), static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) ASSERT_EQ(m.at(i), i * 3);
+    for (int i = 0; i < n; i += 3) m.erase(i);
+    EXPECT_EQ(m.size(), static_cast<std::size_t>(n - (n + 2) / 3));
+    auto copy = m;
+    EXPECT_TRUE(copy == m);
+    auto moved = std::move(copy);
+    EXPECT_TRUE(moved == m);
+    m.rehash(4 * static_cast<std::size_t>(n));
+    EXPECT_TRUE(moved == m);
+}
+
+template <class K>
+void string_work() {
+    using A = typename K::template alloc<char>;
+    using string = std::basic_string<char, std::char_traits<char>, A>;
+    const A a = K::template make<char>(0);
+    string small("sso", a); // fits the small buffer
+    string medium(100, 'm', a); // < page: the node pool
+    string s(a);
+    for (int i = 0; i < 2000; ++i) s += std::to_string(i) + ',';
+    ASSERT_GT(s.size(), 2 * page); // the large path
+    EXPECT_EQ(s.compare(0, 8, "0,1,2,3,"), 0);
+    EXPECT_NE(s.find("1999,"), string::npos);
+    const string part(s, 10, 20, a);
+    EXPECT_EQ(part.size(), 20u);
+    EXPECT_EQ(s.compare(10, 20, part), 0);
+    string copy(s);
+    EXPECT_TRUE(copy == s);
+    copy.erase(0, 4);
+    EXPECT_EQ(copy.compare(0, 4, "2,3,"), 0);
+    copy.insert(0, "0,1,");
+    EXPECT_TRUE(copy == s);
+    string moved(std::move(copy));
+    EXPECT_TRUE(moved == s);
+    moved.append(medium).append(small);
+    EXPECT_EQ(moved.size(), s.size() + 103);
+    moved.resize(5);
+    moved.shrink_to_fit();
+    EXPECT_EQ(moved, "0,1,2");
+}
+
+// --- propagation on real containers ---------------------------------------------------------------
+
+template <class K, class C>
+void propagation_on(C a_container_seed, C b_container_seed) {
+    using A = typename C::allocator_type;
+    C a(std::move(a_container_seed));
+    C b(std::move(b_container_seed));
+    const A alloc_a = a.get_allocator(), alloc_b = b.get_allocator();
+    ASSERT_FALSE(alloc_a == alloc_b);
+    const C a_original = a, b_original = b; // copies: select_on_container_copy_construction keeps them
+    EXPECT_TRUE(a_original.get_allocator() == alloc_a);
+    EXPECT_TRUE(b_original.get_allocator() == alloc_b);
+    {
+        // copy assignment: the destination keeps its allocator, takes the elements
+        C dst = b_original;
+        dst = a_original;
+        EXPECT_TRUE(dst == a_original);
+        EXPECT_TRUE(dst.get_allocator() == alloc_b);
+        EXPECT_FALSE(dst.get_allocator() == alloc_a);
+    }
+    {
+        // move assignment: the allocator moves with the data
+        C src = a_original;
+        C dst = b_original;
+        dst = std::move(src);
+        EXPECT_TRUE(dst == a_original);
+        EXPECT_TRUE(dst.get_allocator() == alloc_a);
+    }
+    {
+        // swap: allocators are exchanged with the data
+        C x = a_original;
+        C y = b_original;
+        x.swap(y);
+        EXPECT_TRUE(x == b_original);
+        EXPECT_TRUE(y == a_original);
+        EXPECT_TRUE(x.get_allocator() == alloc_b);
+        EXPECT_TRUE(y.get_allocator() == alloc_a);
+        using std::swap;
+        swap(x, y);
+        EXPECT_TRUE(x.get_allocator() == alloc_a);
+        EXPECT_TRUE(x == a_original);
+    }
+    {
+        // copy construction copies the allocator
+        C copy(a_original);
+        EXPECT_TRUE(copy.get_allocator() == alloc_a);
+        C moved(std::move(copy));
+        EXPECT_TRUE(moved.get_allocator() == alloc_a);
+    }
+}
+
+template <class K>
+void propagation() {
+    if (!K::variants_differ()) GTEST_SKIP() << "one node and no memory binding: no two unequal allocators";
+    {
+        using A = typename K::template alloc<int>;
+        std::vector<int, A> a(K::template make<int>(0)), b(K::template make<int>(1));
+        for (int i = 0; i < 5000; ++i) a.push_back(i);
+        b.assign(3, 42);
+        propagation_on<K>(std::move(a), std::move(b));
+        // move assignment and swap of vectors are O(1): the buffer itself changes owner
+        std::vector<int, A> x(2000, 1, K::template make<int>(0)), y(K::template make<int>(1));
+        const int* buffer = x.data();
+        y = std::move(x);
+        EXPECT_EQ(y.data(), buffer);
+        std::vector<int, A> z(10, 2, K::template make<int>(0));
+        const int* zbuffer = z.data();
+        y.swap(z);
+        EXPECT_EQ(y.data(), zbuffer);
+        EXPECT_EQ(z.data(), buffer);
+    }
+    {
+        using A = typename K::template alloc<long>;
+        std::deque<long, A> a(K::template make<long>(0)), b(K::template make<long>(1));
+        for (long i = 0; i < 3000; ++i) a.push_back(i);
+        b.push_back(7);
+        propagation_on<K>(std::move(a), std::move(b));
+    }
+    {
+        using A = typename K::template alloc<int>;
+        std::list<int, A> a(K::template make<int>(0)), b(K::template make<int>(1));
+        for (int i = 0; i < 1000; ++i) a.push_back(i);
+        b.push_back(7);
+        propagation_on<K>(std::move(a), std::move(b));
+    }
+    {
+        using V = std::pair<const int, std::string>;
+        using A = typename K::template alloc<V>;
+        std::map<int, std::string, std::less<int>, A> a(K::template make<V>(0)), b(K::template make<V>(1));
+        for (int i = 0; i < 1000; ++i) a.emplace(i, text(i));
+        b.emplace(-1, "x");
+        propagation_on<K>(std::move(a), std::move(b));
+    }
+    {
+        using V = std::pair<const int, int>;
+        using A = typename K::template alloc<V>;
+        using M = std::unordered_map<int, int, std::hash<int>, std::equal_to<int>, A>;
+        M a(8, std::hash<int>(), std::equal_to<int>(), K::template make<V>(0));
+        M b(8, std::hash<int>(), std::equal_to<int>(), K::template make<V>(1));
+        for (int i = 0; i < 3000; ++i) a.emplace(i, -i);
+        b.emplace(1, 1);
+        propagation_on<K>(std::move(a), std::move(b));
+    }
+    {
+        using A = typename K::template alloc<char>;
+        using string = std::basic_string<char, std::char_traits<char>, A>;
+        string a(3 * page, 'a', K::template make<char>(0)), b("short", K::template make<char>(1));
+        propagation_on<K>(std::move(a), std::move(b));
+        string c(100, 'c', K::template make<char>(0)), d(5000, 'd', K::template make<char>(1));
+        propagation_on<K>(std::move(c), std::move(d));
+    }
+}
+
+// --- equality, rebinding, raw allocate/deallocate -------------------------------------------------
+
+template <class K>
+void equality_and_rebind() {
+    using A = typename K::template alloc<int>;
+    using D = typename K::template alloc<double>;
+    using R = typename std::allocator_traits<A>::template rebind_alloc<std::pair<const int, std::string>>;
+    const A a = K::template make<int>(0);
+    const A same = K::template make<int>(0);
+    EXPECT_TRUE(a == same);
+    EXPECT_FALSE(a != same);
+    EXPECT_TRUE(A(a) == a); // copy
+    const D d(a);           // converting constructor
+    EXPECT_TRUE(d == a);
+    EXPECT_TRUE(a == d);
+    EXPECT_FALSE(d != a);
+    EXPECT_TRUE(A(d) == a); // and back
+    const R r(d);
+    EXPECT_TRUE(r == a);
+    EXPECT_TRUE(A(r) == a);
+    if (K::variants_differ()) {
+        const A other = K::template make<int>(1);
+        EXPECT_FALSE(a == other);
+        EXPECT_TRUE(a != other);
+        EXPECT_FALSE(D(other) == a);
+        EXPECT_TRUE(D(other) != a);
+        EXPECT_TRUE(D(other) == other);
+    }
+    // A a(std::move(a1)): a1 keeps its value and equals a (containers use moved-from allocators)
+    A source = K::template make<int>(0);
+    A target(std::move(source));
+    EXPECT_TRUE(source == target);
+    EXPECT_TRUE(target == a);
+    int* q = source.allocate(3);
+    target.deallocate(q, 3);
+    A assigned = K::template make<int>(1);
+    A source2 = K::template make<int>(0);
+    assigned = std::move(source2);
+    EXPECT_TRUE(assigned == a);
+    EXPECT_TRUE(source2 == a);
+    const D converted(std::move(source2)); // converting "move" leaves it too
+    EXPECT_TRUE(converted == a);
+    EXPECT_TRUE(source2 == a);
+    // memory from an allocator is released by any equal one, also of another value type (rebound back)
+    D dd(a);
+    for (std::size_t n : {std::size_t(1), std::size_t(100), 4 * page}) {
+        double* p = dd.allocate(n);
+        p[0] = 1.5;
+        p[n - 1] = 2.5;
+        D(A(dd)).deallocate(p, n);
+    }
+}
+
+template <class K>
+void allocate_round_trip() {
+    using A = typename K::template alloc<std::uint64_t>;
+    A a = K::template make<std::uint64_t>(0);
+    EXPECT_EQ(a.max_size(), std::numeric_limits<std::size_t>::max() / sizeof(std::uint64_t));
+    EXPECT_EQ(std::allocator_traits<A>::max_size(a), a.max_size());
+    // allocate(0) is fine and is released by deallocate(p, 0)
+    std::uint64_t* zero = nullptr;
+    EXPECT_NO_THROW(zero = a.allocate(0));
+    a.deallocate(zero, 0);
+    // small (below a page: the node pool) and large (a page or more: its own placed mapping)
+    const std::size_t per_page = page / sizeof(std::uint64_t);
+    for (std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(7), std::size_t(64), per_page - 1, per_page,
+                          per_page + 1, 3 * per_page, 100 * per_page + 17, std::size_t(1) << 20}) {
+        SCOPED_TRACE("n = " + std::to_string(n));
+        std::vector<std::uint64_t*> blocks;
+        for (int rep = 0; rep < 3; ++rep) {
+            std::uint64_t* p = a.allocate(n);
+            ASSERT_NE(p, nullptr);
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignof(std::uint64_t), 0u);
+            if (n * sizeof(std::uint64_t) >= page) EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % page, 0u);
+            for (std::size_t i = 0; i < n; ++i) p[i] = i * 2654435761u + static_cast<std::size_t>(rep);
+            blocks.push_back(p);
+        }
+        // distinct, non-overlapping, contents intact
+        for (std::size_t b = 0; b < blocks.size(); ++b) {
+            for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(blocks[b][i], i * 2654435761u + b);
+            for (std::size_t c = b + 1; c < blocks.size(); ++c)
+                EXPECT_TRUE(blocks[b] + n <= blocks[c] || blocks[c] + n <= blocks[b]);
+        }
+        for (auto* p : blocks) a.deallocate(p, n);
+    }
+    // through allocator_traits, as containers use it
+    using traits = std::allocator_traits<A>;
+    std::uint64_t* p = traits::allocate(a, 10);
+    traits::construct(a, p, std::uint64_t(5));
+    EXPECT_EQ(*p, 5u);
+    traits::destroy(a, p);
+    traits::deallocate(a, p, 10);
+}
+
+template <class K>
+void allocate_overflow() {
+    auto a = K::template make<int>(0);
+    EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_array_new_length);
+    auto d = K::template make<double>(0);
+    EXPECT_THROW((void)d.allocate(d.max_size() + 1), std::bad_array_new_length);
+    EXPECT_THROW((void)d.allocate(std::numeric_limits<std::size_t>::max()), std::bad_array_new_length);
+    // through a container: vector::reserve past max_size throws length_error, never allocates
+    std::vector<double, decltype(d)> v(d);
+    EXPECT_THROW(v.reserve(v.max_size() + 1), std::length_error);
+}
+
+} // namespace
+
+#define NUMAPLACE_FOR_EACH_KIND(name)                                                                        \
+    TEST(allocator_conformance, name##_node_allocator) { name<node_kind>(); }                               \
+    TEST(allocator_conformance, name##_interleaved_allocator) { name<interleaved_kind>(); }                 \
+    TEST(allocator_conformance, name##_partitioned_allocator) { name<partitioned_kind>(); }                 \
+    TEST(allocator_conformance, name##_default_init_node_allocator) { name<default_init_kind<node_kind>>(); } \
+    TEST(allocator_conformance, name##_default_init_interleaved_allocator) {                                 \
+        name<default_init_kind<interleaved_kind>>();                                                          \
+    }                                                                                                         \
+    TEST(allocator_conformance, name##_default_init_partitioned_allocator) {                                 \
+        name<default_init_kind<partitioned_kind>>();                                                          \
+    }
+
+NUMAPLACE_FOR_EACH_KIND(vector_work)
+NUMAPLACE_FOR_EACH_KIND(deque_work)
+NUMAPLACE_FOR_EACH_KIND(list_work)
+NUMAPLACE_FOR_EACH_KIND(map_work)
+NUMAPLACE_FOR_EACH_KIND(unordered_map_work)
+NUMAPLACE_FOR_EACH_KIND(string_work)
+NUMAPLACE_FOR_EACH_KIND(propagation)
+NUMAPLACE_FOR_EACH_KIND(equality_and_rebind)
+NUMAPLACE_FOR_EACH_KIND(allocate_round_trip)
+NUMAPLACE_FOR_EACH_KIND(allocate_overflow)
+
+// --- what differs only where the topology allows it -----------------------------------------------
+
+TEST(allocator_conformance, allocators_on_different_nodes_compare_unequal) {
+    const auto& topo = topology::get();
+    // policy and fallback are part of the placement on any topology
+    EXPECT_FALSE(node_allocator<int>(0) == node_allocator<int>(0, node_policy::prefer));
+    EXPECT_FALSE(node_allocator<int>(0) == node_allocator<double>(0, node_policy::bind, fallback::degrade));
+    EXPECT_FALSE(interleaved_allocator<int>(numaplace::interleaved(fallback::strict)) ==
+                 interleaved_allocator<int>(numaplace::interleaved(fallback::degrade)));
+    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition(1000, sizeof(int))) ==
+                 partitioned_allocator<int>(numaplace::partition(1001, sizeof(int))));
+    EXPECT_TRUE(partitioned_allocator<int>(numaplace::partition(1000, sizeof(int))) ==
+                partitioned_allocator<double>(numaplace::partition(1000, sizeof(int))));
+    if (topo.size() < 2) GTEST_SKIP() << "one node: no two nodes to compare";
+    for (int j = 0; j < static_cast<int>(topo.size()); ++j)
+        for (int k = 0; k < static_cast<int>(topo.size()); ++k) {
+            EXPECT_EQ(node_allocator<int>(j) == node_allocator<int>(k), j == k) << j << ' ' << k;
+            EXPECT_EQ(node_allocator<int>(j) == node_allocator<char>(k), j == k) << j << ' ' << k;
+            EXPECT_EQ(interleaved_allocator<int>(node_set{j}) == interleaved_allocator<long>(node_set{k}), j == k);
+        }
+    EXPECT_FALSE(interleaved_allocator<int>(node_set{0}) == interleaved_allocator<int>(topo.all()));
+    EXPECT_FALSE(interleaved_allocator<int>(node_set{0, 1}) ==
+                 interleaved_allocator<int>(node_set{0, 1}, std::vector<std::size_t>{2, 1}));
+    EXPECT_TRUE(interleaved_allocator<int>(node_set{0, 1}) ==
+                interleaved_allocator<int>(node_set{0, 1}, std::vector<std::size_t>{3, 3})); // reduced: uniform
+    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition(1000, 4, node_set{0}, {})) ==
+                 partitioned_allocator<int>(numaplace::partition(1000, 4, node_set{1}, {})));
+    // and containers on different nodes hold their own placement through copy assignment
+    std::vector<int, node_allocator<int>> on0(1000, 1, node_allocator<int>(0)), on1(node_allocator<int>(1));
+    on1 = on0;
+    EXPECT_TRUE(on1.get_allocator() == node_allocator<int>(1));
+    EXPECT_TRUE(on1 == on0);
+}
+
+TEST(allocator_conformance, default_init_allocator_converts_and_compares_like_its_base) {
+    using B = node_allocator<int>;
+    using DI = default_init_allocator<B>;
+    const B base(0);
+    const DI di(base);
+    EXPECT_TRUE(di == base);
+    EXPECT_TRUE(base == di);
+    const default_init_allocator<node_allocator<double>> rebound(di);
+    EXPECT_TRUE(rebound == di);
+    EXPECT_TRUE(DI(rebound) == base);
+    const DI from_placement(on_node(0));
+    EXPECT_TRUE(from_placement == base);
+    const DI from_id(0);
+    EXPECT_TRUE(from_id == base);
+    const DI copy = std::allocator_traits<DI>::select_on_container_copy_construction(di);
+    EXPECT_TRUE(copy == di);
+    EXPECT_FALSE(DI(on_node(0, node_policy::prefer)) == di);
+}
+
+TEST(allocator_conformance, default_init_allocator_still_constructs_with_arguments) {
+    using DI = default_init_allocator<node_allocator<std::string>>;
+    std::vector<std::string, DI> v(DI(0));
+    for (int i = 0; i < 1000; ++i) v.emplace_back(text(i));
+    v.resize(1100); // class types: default-initialisation still runs the constructor
+    EXPECT_EQ(v[999], text(999));
+    EXPECT_TRUE(v[1050].empty());
+    std::vector<int, default_init_allocator<node_allocator<int>>> w(default_init_allocator<node_allocator<int>>(0));
+    w.assign(5000, 7);
+    w.resize(6000, 9);
+    EXPECT_EQ(std::count(w.begin(), w.end(), 7), 5000);
+    EXPECT_EQ(std::count(w.begin(), w.end(), 9), 1000);
+    w.insert(w.begin(), 3, 1);
+    EXPECT_EQ(w[0], 1);
+    EXPECT_EQ(w[3], 7);
+}
+
+// --- default-init leaves pages untouched, value-init touches them --------------------------------
+
+TEST(allocator_conformance, default_init_vector_leaves_pages_untouched) {
+    if (!query_works()) GTEST_SKIP() << "move_pages query refused: where() cannot report";
+    const auto& topo = topology::get();
+    const std::size_t n = 1000000;
+    for (const auto& node : topo.nodes()) {
+        SCOPED_TRACE("node " + std::to_string(node.id));
+        const node_allocator<int> a(on_node(node.id, node_policy::bind, binding_fallback()));
+        std::vector<int, default_init_allocator<node_allocator<int>>> lazy(n, a);
+        ASSERT_EQ(lazy.size(), n);
+        const auto h = numaplace::where(lazy);
+        EXPECT_EQ(h.pages, (n * sizeof(int) + page - 1) / page);
+        EXPECT_EQ(h.untouched, h.pages);
+
+        std::vector<int, node_allocator<int>> eager(n, a); // value-initialised: zero-filled, touched
+        const auto e = numaplace::where(eager);
+        EXPECT_EQ(e.untouched, 0u);
+        EXPECT_EQ(e.touched(), e.pages);
+        if (binding_works()) EXPECT_EQ(e.on(node.id), e.pages);
+        EXPECT_EQ(std::count(eager.begin(), eager.end(), 0), static_cast<std::ptrdiff_t>(n));
+
+        // writing the lazy vector faults its pages in on the node
+        std::fill(lazy.begin(), lazy.end(), 3);
+        const auto after = numaplace::where(lazy);
+        EXPECT_EQ(after.untouched, 0u);
+        if (binding_works()) EXPECT_EQ(after.on(node.id), after.pages);
+    }
+}
+
+TEST(allocator_conformance, partitioned_vector_leaves_pages_untouched_and_binds_blocks) {
+    if (!query_works()) GTEST_SKIP() << "move_pages query refused: where() cannot report";
+    const std::size_t n = 1000000;
+    const numaplace::partition part(n, sizeof(double));
+    numaplace::partitioned_vector<double> v(n, partitioned_allocator<double>(numaplace::partitioned(part, binding_fallback())));
+    const auto h = numaplace::where(v);
+    EXPECT_EQ(h.untouched, h.pages);
+    std::fill(v.begin(), v.end(), 1.0);
+    const auto loc = numaplace::where(v.data(), part);
+    EXPECT_EQ(loc.histogram.untouched, 0u);
+    if (binding_works()) {
+        EXPECT_EQ(loc.remote, 0u);
+        EXPECT_EQ(loc.local, loc.histogram.pages);
+        for (const auto& b : part.blocks()) {
+            if (b.empty()) continue;
+            const auto bh = numaplace::where(v.data() + b.begin, b.size() * sizeof(double));
+            EXPECT_EQ(bh.on(b.node), bh.pages) << "block on node " << b.node;
+        }
+    }
+}
+
+TEST(allocator_conformance, interleaved_vector_spreads_pages_evenly) {
+    if (!query_works()) GTEST_SKIP() << "move_pages query refused: where() cannot report";
+    if (!binding_works()) GTEST_SKIP() << "memory binding refused: interleave degrades to first touch";
+    const auto& topo = topology::get();
+    const std::size_t pages = 64 * topo.size() + 3;
+    std::vector<char, interleaved_allocator<char>> v(pages * page, 1, interleaved_allocator<char>(topo.all()));
+    const auto h = numaplace::where(v);
+    ASSERT_EQ(h.pages, pages);
+    EXPECT_EQ(h.untouched, 0u);
+    const std::size_t lo = pages / topo.size(), hi = (pages + topo.size() - 1) / topo.size();
+    std::size_t sum = 0;
+    for (const auto& node : topo.nodes()) {
+        EXPECT_GE(h.on(node.id), lo) << "node " << node.id;
+        EXPECT_LE(h.on(node.id), hi) << "node " << node.id;
+        sum += h.on(node.id);
+    }
+    EXPECT_EQ(sum, pages);
+}
+
+// --- std::pmr with numaplace resources, for every node ---------------------------------------------
+
+TEST(allocator_conformance, pmr_containers_on_every_node_pool) {
+    const auto& topo = topology::get();
+    for (const auto& node : topo.nodes()) {
+        SCOPED_TRACE("node " + std::to_string(node.id));
+        std::pmr::memory_resource& pool = numaplace::node_pool(node.id);
+        EXPECT_EQ(&pool, &numaplace::node_pool(node.id)); // one pool per node, for the process
+        EXPECT_TRUE(pool.is_equal(numaplace::node_pool(node.id)));
+        for (const auto& other : topo.nodes())
+            if (other.id != node.id) EXPECT_FALSE(pool.is_equal(numaplace::node_pool(other.id)));
+
+        std::pmr::vector<int> v(&pool);
+        for (int i = 0; i < 100000; ++i) v.push_back(i); // grows past the pool's largest block
+        for (int i = 0; i < 100000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i);
+        v.erase(v.begin(), v.begin() + 50000);
+        EXPECT_EQ(v.front(), 50000);
+
+        std::pmr::map<int, std::pmr::string> m(&pool);
+        for (int i = 0; i < 5000; ++i) m.emplace(i, text(i).c_str());
+        ASSERT_EQ(m.size(), 5000u);
+        EXPECT_EQ(m.get_allocator().resource(), &pool);
+        // uses-allocator construction: the strings inside use the map's resource too
+        EXPECT_EQ(m.at(17).get_allocator().resource(), &pool);
+        EXPECT_EQ(m.at(17), text(17).c_str());
+        for (int i = 0; i < 5000; i += 2) m.erase(i);
+        EXPECT_EQ(m.size(), 2500u);
+        std::pmr::map<int, std::pmr::string> copy(m, std::pmr::new_delete_resource());
+        EXPECT_TRUE(copy == m);
+        EXPECT_EQ(copy.at(17).get_allocator().resource(), std::pmr::new_delete_resource());
+
+        std::pmr::string s(&pool);
+        for (int i = 0; i < 3000; ++i) s += std::to_string(i);
+        EXPECT_GT(s.size(), 2 * page);
+        EXPECT_EQ(s.get_allocator().resource(), &pool);
+        std::pmr::string s2(s, &pool);
+        EXPECT_EQ(s2, s);
+
+        if (query_works() && binding_works()) {
+            // the pool's chunks are bound to the node
+            std::pmr::vector<double> placed(200000, 1.0, &pool);
+            const auto h = numaplace::where(placed);
+            EXPECT_EQ(h.on(node.id), h.pages);
+        }
+    }
+}
+
+TEST(allocator_conformance, pmr_containers_on_every_node_page_resource) {
+    const auto& topo = topology::get();
+    for (const auto& node : topo.nodes()) {
+        SCOPED_TRACE("node " + std::to_string(node.id));
+        numaplace::page_resource<on_node> resource{on_node(node.id, node_policy::bind, binding_fallback())};
+        numaplace::page_resource<on_node> same{on_node(node.id, node_policy::bind, binding_fallback())};
+        numaplace::page_resource<on_node> preferring{on_node(node.id, node_policy::prefer, fallback::degrade)};
+        EXPECT_TRUE(resource.is_equal(same));
+        EXPECT_FALSE(resource.is_equal(preferring));
+        EXPECT_FALSE(resource.is_equal(*std::pmr::new_delete_resource()));
+        EXPECT_EQ(resource.placement(), on_node(node.id, node_policy::bind, binding_fallback()));
+
+        std::pmr::vector<int> v(&resource);
+        for (int i = 0; i < 200000; ++i) v.push_back(i * 3);
+        for (int i = 0; i < 200000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i * 3);
+        std::pmr::vector<int> copy(v, &same);
+        EXPECT_TRUE(copy == v);
+        v.erase(v.begin() + 10, v.end());
+        v.shrink_to_fit();
+        EXPECT_EQ(v.size(), 10u);
+
+        std::pmr::map<int, std::pmr::string> m(&resource); // one page per node: wasteful but correct
+        for (int i = 0; i < 200; ++i) m.emplace(i, text(i).c_str());
+        EXPECT_EQ(m.at(150), text(150).c_str());
+        EXPECT_EQ(m.at(150).get_allocator().resource(), &resource);
+        for (int i = 0; i < 200; i += 4) m.erase(i);
+        EXPECT_EQ(m.size(), 150u);
+
+        std::pmr::string s(10 * page, 'x', &resource);
+        s.append(std::string(page, 'y'));
+        EXPECT_EQ(s.size(), 11 * page);
+        EXPECT_EQ(std::count(s.begin(), s.end(), 'y'), static_cast<std::ptrdiff_t>(page));
+
+        // allocations are page-aligned whatever alignment was asked, and round-trip
+        for (std::size_t bytes : {std::size_t(1), std::size_t(100), page, 5 * page + 3}) {
+            void* p = resource.allocate(bytes, 64);
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % page, 0u);
+            std::fill_n(static_cast<char*>(p), bytes, 'z');
+            resource.deallocate(p, bytes, 64);
+        }
+
+        if (query_works() && binding_works()) {
+            std::pmr::vector<long> placed(300000, 5, &resource);
+            const auto h = numaplace::where(placed);
+            EXPECT_EQ(h.untouched, 0u);
+            EXPECT_EQ(h.on(node.id), h.pages);
+        }
+    }
+}
