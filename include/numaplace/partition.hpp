@@ -31,8 +31,8 @@ struct block {
 
 /// Where block edges may fall.
 enum class edge_alignment {
-    /// Huge-page edges when transparent huge pages are `always` on and every block still gets at least
-    /// eight huge pages; small-page edges otherwise (then the allocator and `first_touch` mark the range
+    /// Huge-page edges when transparent huge pages are `always` on and every block still spans at least
+    /// eight edge steps (a step is lcm(element size, huge page) bytes); small-page edges otherwise (then the allocator and `first_touch` mark the range
     /// MADV_NOHUGEPAGE). Why: a 2 MiB huge page straddling two blocks is faulted in whole by whichever
     /// block touches it first, landing all its 512 small pages on one node. Aligning to huge pages keeps
     /// the TLB benefit of THP for large arrays (an edge moves by at most 2 MiB, < 1/8 of a block);
@@ -175,12 +175,16 @@ private:
             if (w != 0 && (smallest == 0 || w < smallest)) smallest = w;
         }
         const bool thp_always = topology::get().capabilities().thp == "always";
-        // the smallest used block (bytes * smallest / total) >= 8 huge pages, so that every block gets
-        // them with unequal weights too (in long double: n * element_size may overflow)
+        // Edges move in steps of lcm(element_size, huge) bytes: with large elements (a matrix row of
+        // 160000 bytes: one step is 8192 rows, 1.3 GB) huge-page edges would unbalance the blocks. So the
+        // smallest used block (bytes * smallest / total) must hold at least 8 such steps, with unequal
+        // weights too (in long double: n * element_size and the lcm may overflow 64 bits).
+        const long double step = static_cast<long double>(d.element_size) /
+                                 static_cast<long double>(std::gcd(d.element_size, huge)) * static_cast<long double>(huge);
         const bool large = total != 0 &&
                            static_cast<long double>(d.n) * static_cast<long double>(d.element_size) *
                                    static_cast<long double>(smallest) >=
-                               8.0L * static_cast<long double>(huge) * static_cast<long double>(total);
+                               8.0L * step * static_cast<long double>(total);
         return thp_always && large ? huge : page;
     }
 

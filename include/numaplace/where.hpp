@@ -5,6 +5,12 @@
 /// Where the pages of a range actually are: a page histogram from `move_pages(2)` with `nodes = NULL`,
 /// which only queries. It never moves a page and never faults one in (an untouched page is reported as
 /// untouched, not allocated by asking).
+///
+/// Caveat, kernel.numa_balancing: while automatic NUMA balancing is on (see `capabilities()`), the kernel
+/// periodically unmaps pages to sample accesses; before Linux 6.5 move_pages reports such a page as not
+/// present (-ENOENT), so `untouched` can include pages that exist until their next access. Balancing
+/// also migrates pages after placement. Turn it off (`sysctl kernel.numa_balancing=0`) where exact
+/// placement matters; numaplace's guests do.
 
 #include "detail/linux.hpp"
 #include "partition.hpp"

@@ -1,0 +1,204 @@
+// numaplace benchmarks: the DGEMV matrix under each placement the benchmark and the demo compare,
+// with its initialisation, its compute loop and its locality. Shared by benchmarks/dgemv.cpp and
+// examples/dgemv_placement.cpp so both measure exactly the same thing.
+//
+//   serial_init    plain pages, A filled by one thread (the seeds' baseline: every page on one node),
+//                  compute with tbb::parallel_for
+//   parallel_init  plain pages, filled and computed by tbb::parallel_for with static_partitioner
+//                  (the same rows go to the same thread in both loops: first touch done right by hand)
+//   interleaved    interleaved_allocator over all nodes, compute with tbb::parallel_for
+//   node0          node_allocator(0): everything bound to node 0
+//   partitioned    partitioned_allocator over a partition of the rows, filled and computed by
+//                  numaplace::parallel_for on that same partition
+#ifndef NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
+#define NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
+
+#include "dgemv_kernel.hpp"
+
+#include <numaplace/numaplace.hpp>
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace numaplace::bench {
+
+enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned };
+
+inline const char* name(placement_kind p) noexcept {
+    switch (p) {
+    case placement_kind::serial_init: return "serial_init";
+    case placement_kind::parallel_init: return "parallel_init";
+    case placement_kind::interleaved: return "interleaved";
+    case placement_kind::node0: return "node0";
+    case placement_kind::partitioned: return "partitioned";
+    }
+    return "?";
+}
+
+inline const std::vector<placement_kind>& all_placements() {
+    static const std::vector<placement_kind> all{placement_kind::serial_init, placement_kind::parallel_init,
+                                                 placement_kind::interleaved, placement_kind::node0,
+                                                 placement_kind::partitioned};
+    return all;
+}
+
+/// The value of A[i][j]: cheap, deterministic, not constant (so a wrong index changes the result).
+inline double a_value(std::size_t i, std::size_t j) noexcept { return static_cast<double>((i * 7 + j * 13) % 17) - 8.0; }
+inline double x_value(std::size_t j) noexcept { return static_cast<double>(j % 11) * 0.125 - 0.5; }
+
+/// An M x N row-major matrix placed one way, with x and y.
+class placed_matrix {
+public:
+    placed_matrix(placement_kind kind, std::size_t m, std::size_t n)
+        : kind_(kind), m_(m), n_(n), rows_(m, n * sizeof(double)), x_(n), y_(m, 0.0) {
+        const std::size_t count = m * n, bytes = count * sizeof(double);
+        switch (kind) {
+        case placement_kind::serial_init:
+        case placement_kind::parallel_init:
+            a_ = static_cast<double*>(memory::map(bytes));
+            release_ = [bytes](double* p) { memory::unmap(p, bytes); };
+            break;
+        case placement_kind::interleaved: {
+            interleaved_allocator<double> alloc(topology::get().all());
+            a_ = alloc.allocate(count);
+            release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
+            break;
+        }
+        case placement_kind::node0: {
+            node_allocator<double> alloc(0);
+            a_ = alloc.allocate(count);
+            release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
+            break;
+        }
+        case placement_kind::partitioned: {
+            partitioned_allocator<double> alloc(rows_);
+            a_ = alloc.allocate(count);
+            release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
+            break;
+        }
+        }
+        for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
+        initialise();
+    }
+    ~placed_matrix() { release_(a_); }
+    placed_matrix(const placed_matrix&) = delete;
+    placed_matrix& operator=(const placed_matrix&) = delete;
+
+    placement_kind kind() const noexcept { return kind_; }
+    std::size_t rows() const noexcept { return m_; }
+    std::size_t cols() const noexcept { return n_; }
+    std::size_t bytes() const noexcept { return m_ * n_ * sizeof(double); }
+    const double* a() const noexcept { return a_; }
+    const double* x() const noexcept { return x_.data(); }
+    double* y() noexcept { return y_.data(); }
+    const partition& row_partition() const noexcept { return rows_; }
+
+    /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
+    void multiply() {
+        const double* a = a_;
+        const double* x = x_.data();
+        double* y = y_.data();
+        const std::size_t n = n_;
+        if (kind_ == placement_kind::partitioned) {
+            parallel_for(rows_, [=](subrange r) { dgemv_rows(a, n, x, y, r.begin(), r.end(), n); });
+        } else if (kind_ == placement_kind::parallel_init) {
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [=](const tbb::blocked_range<std::size_t>& r) {
+                dgemv_rows(a, n, x, y, r.begin(), r.end(), n);
+            }, tbb::static_partitioner());
+        } else {
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [=](const tbb::blocked_range<std::size_t>& r) {
+                dgemv_rows(a, n, x, y, r.begin(), r.end(), n);
+            });
+        }
+    }
+    /// \returns the sum of all of A read in parallel the same way (the read-bandwidth probe).
+    double read_all() const {
+        const double* a = a_;
+        const std::size_t n = n_;
+        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read_sum(a + r.begin() * n, r.size() * n); },
+                               [](double p, double q) { return p + q; });
+    }
+    /// \returns true if y matches the naive in-order product on a sample of rows.
+    bool check() const {
+        for (std::size_t i = 0; i < m_; i += (m_ / 64 + 1))
+            if (!dgemv_check(a_, n_, x_.data(), y_.data(), i, i + 1, n_)) return false;
+        return true;
+    }
+
+    /// \returns the fraction of A's pages that are on the node of the thread that computes them: runs
+    /// the compute loop once more, recording the node of each executing CPU per row, then compares with
+    /// where() page by page (pages of rows computed off-node count as remote).
+    double locality() {
+        const auto& topo = topology::get();
+        std::vector<int> node_of_row(m_, -1);
+        const std::size_t n = n_;
+        auto record = [&](std::size_t b, std::size_t e) {
+            const int node = topo.current_node();
+            for (std::size_t i = b; i < e; ++i) node_of_row[i] = node;
+            dgemv_rows(a_, n, x_.data(), y_.data(), b, e, n);
+        };
+        if (kind_ == placement_kind::partitioned) {
+            parallel_for(rows_, [&](subrange r) { record(r.begin(), r.end()); });
+        } else if (kind_ == placement_kind::parallel_init) {
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
+                record(r.begin(), r.end());
+            }, tbb::static_partitioner());
+        } else {
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
+                record(r.begin(), r.end());
+            });
+        }
+        // Per page: the node of the row that starts in it (or contains its start).
+        const std::size_t page = numaplace::detail::page_size(), row_bytes = n_ * sizeof(double);
+        std::size_t local = 0, touched = 0;
+        const std::size_t stride = 64; // sample every 64th page: 50k queries for 3.2 GB
+        for (std::size_t off = 0; off < bytes(); off += page * stride) {
+            auto h = where(reinterpret_cast<const char*>(a_) + off, 1);
+            if (h.touched() == 0) continue;
+            ++touched;
+            const int row_node = node_of_row[off / row_bytes];
+            local += h.on(row_node);
+        }
+        return touched ? static_cast<double>(local) / static_cast<double>(touched) : 1.0;
+    }
+
+private:
+    void initialise() {
+        double* a = a_;
+        const std::size_t n = n_;
+        auto fill = [a, n](std::size_t b, std::size_t e) {
+            for (std::size_t i = b; i < e; ++i)
+                for (std::size_t j = 0; j < n; ++j) a[i * n + j] = a_value(i, j);
+        };
+        switch (kind_) {
+        case placement_kind::serial_init: fill(0, m_); break;
+        case placement_kind::parallel_init:
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
+                fill(r.begin(), r.end());
+            }, tbb::static_partitioner());
+            break;
+        case placement_kind::partitioned: parallel_for(rows_, [&](subrange r) { fill(r.begin(), r.end()); }); break;
+        default: // bound placements: the pages are placed whoever touches them; fill in parallel
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
+                fill(r.begin(), r.end());
+            });
+        }
+    }
+
+    placement_kind kind_;
+    std::size_t m_, n_;
+    partition rows_;
+    std::vector<double> x_, y_;
+    double* a_ = nullptr;
+    std::function<void(double*)> release_;
+};
+
+} // namespace numaplace::bench
+
+#endif
