@@ -94,7 +94,7 @@ inline void madd_chunk(accumulator& acc, const double* a, const double* x, std::
         c2[l] = acc.c[2][l];
         c3[l] = acc.c[3][l];
     }
-    for (std::size_t j = 0; j != len; j += lanes) {
+    for (std::size_t j = 0; j < len; j += lanes) {
         madd4(c0, a + j, x + j);
         madd4(c1, a + j + 4, x + j + 4);
         madd4(c2, a + j + 8, x + j + 8);
@@ -121,7 +121,7 @@ inline void add_chunk(accumulator& acc, const double* p, std::size_t len) noexce
         c2[l] = acc.c[2][l];
         c3[l] = acc.c[3][l];
     }
-    for (std::size_t k = 0; k != len; k += lanes) {
+    for (std::size_t k = 0; k < len; k += lanes) {
         add4(c0, p + k);
         add4(c1, p + k + 4);
         add4(c2, p + k + 8);
@@ -165,7 +165,7 @@ inline void dgemv_block(const double* a, std::size_t lda, const double* x, doubl
     for (std::size_t r = 0; r != R; ++r) {
         const double* ar = a + r * lda;
         double s = combine(acc[r]);
-        for (std::size_t j = m; j != n; ++j) {
+        for (std::size_t j = m; j < n; ++j) {
             s += ar[j] * x[j];
         }
         y[r] = s;
@@ -220,7 +220,7 @@ inline double read_sum(const double* p, std::size_t count) noexcept {
     detail::accumulator acc = {};
     detail::add_chunk(acc, p + k, m);
     double s = detail::combine(acc);
-    for (std::size_t j = m; j != rest; ++j) {
+    for (std::size_t j = m; j < rest; ++j) {
         s += p[k + j];
     }
     return total + s;

@@ -296,11 +296,14 @@ void run_blocks(const partition& part, Fn&& fn) {
         tbb::task_group group;
         std::exception_ptr error;
         std::atomic<bool> failed{false};
+        // Another thread of this arena may run a task: it must know it is inside the outer block.
+        const int outer = current_block_node();
         NUMAPLACE_HANDOVER_RELEASE();
         for (const auto& b : blocks) {
             if (b.empty()) continue;
-            group.run([&fn, &b, &group, &error, &failed] {
+            group.run([&fn, &b, &group, &error, &failed, outer] {
                 NUMAPLACE_HANDOVER_ACQUIRE();
+                scoped_block_node mark(outer);
                 try {
                     fn(b);
                 } catch (...) {
