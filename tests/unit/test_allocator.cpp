@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <set>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -241,4 +242,39 @@ TEST(allocator, strict_request_beyond_node_memory_throws_enomem_and_degrade_does
     char* p = soft.allocate(too_much); // untouched: costs nothing
     EXPECT_EQ(degradation_count(), before + 1);
     soft.deallocate(p, too_much);
+}
+
+// The small-object heap moves blocks between threads: allocate on some threads, free on others, on
+// several nodes at once (ThreadSanitizer runs this too).
+TEST(allocator, small_blocks_cross_threads_without_loss) {
+    const auto& topo = topology::get();
+    constexpr int threads = 4, per_thread = 20000;
+    std::vector<std::vector<long*>> made(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            node_allocator<long> a(t % static_cast<int>(topo.size()));
+            for (int i = 0; i < per_thread; ++i) {
+                long* p = a.allocate(1 + static_cast<std::size_t>(i % 7));
+                *p = t * per_thread + i;
+                made[static_cast<std::size_t>(t)].push_back(p);
+            }
+        });
+    for (auto& th : pool) th.join();
+    pool.clear();
+    std::set<long*> distinct;
+    for (auto& v : made) distinct.insert(v.begin(), v.end());
+    EXPECT_EQ(distinct.size(), static_cast<std::size_t>(threads * per_thread)) << "a block was handed out twice";
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&, t] {
+            // free another thread's blocks
+            const int owner = (t + 1) % threads;
+            node_allocator<long> a(owner % static_cast<int>(topo.size()));
+            auto& v = made[static_cast<std::size_t>(owner)];
+            for (std::size_t i = 0; i < v.size(); ++i) {
+                EXPECT_EQ(*v[i], owner * per_thread + static_cast<long>(i));
+                a.deallocate(v[i], 1 + i % 7);
+            }
+        });
+    for (auto& th : pool) th.join();
 }
