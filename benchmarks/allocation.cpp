@@ -47,17 +47,6 @@ void BM_Large_mmap_touch(benchmark::State& state) {
     large_counters(state, nullptr);
 }
 
-void BM_Large_std_allocator(benchmark::State& state) {
-    std::allocator<char> a;
-    for (auto _ : state) {
-        char* p = a.allocate(gib);
-        parallel_touch(p, gib);
-        benchmark::DoNotOptimize(p);
-        a.deallocate(p, gib);
-    }
-    large_counters(state, nullptr);
-}
-
 template <class A>
 void large_numaplace(benchmark::State& state, A a) {
     for (auto _ : state) {
@@ -68,6 +57,7 @@ void large_numaplace(benchmark::State& state, A a) {
     }
     large_counters(state, nullptr);
 }
+void BM_Large_std_allocator(benchmark::State& state) { large_numaplace(state, std::allocator<char>()); }
 void BM_Large_node_allocator(benchmark::State& state) { large_numaplace(state, numaplace::node_allocator<char>(0)); }
 void BM_Large_interleaved_allocator(benchmark::State& state) {
     large_numaplace(state, numaplace::interleaved_allocator<char>(numaplace::topology::get().all()));

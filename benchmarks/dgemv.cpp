@@ -66,18 +66,26 @@ double elapsed(const std::chrono::steady_clock::time_point& t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-void BM_Dgemv_read_limit(benchmark::State& state) {
-    const int threads = static_cast<int>(state.range(0));
-    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    auto& m = matrix(placement_kind::partitioned);
+// Times each iteration of f (manual time), \returns the total seconds.
+template <class F>
+double timed(benchmark::State& state, F&& f) {
     double seconds = 0;
     for (auto _ : state) {
         auto t0 = std::chrono::steady_clock::now();
-        benchmark::DoNotOptimize(m.read_all());
+        f();
+        benchmark::ClobberMemory();
         const double dt = elapsed(t0);
         state.SetIterationTime(dt);
         seconds += dt;
     }
+    return seconds;
+}
+
+void BM_Dgemv_read_limit(benchmark::State& state) {
+    const int threads = static_cast<int>(state.range(0));
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+    auto& m = matrix(placement_kind::partitioned);
+    const double seconds = timed(state, [&] { benchmark::DoNotOptimize(m.read_all()); });
     const double gbps = static_cast<double>(m.bytes()) / (seconds / static_cast<double>(state.iterations())) / 1e9;
     if (gbps > limit_gbps()[threads]) limit_gbps()[threads] = gbps; // best of the repetitions
     finish(state, "read_limit", threads, seconds, m.bytes(), -1);
@@ -92,15 +100,7 @@ void run_placement(benchmark::State& state, placement_kind kind) {
         state.SkipWithError("wrong result");
         return;
     }
-    double seconds = 0;
-    for (auto _ : state) {
-        auto t0 = std::chrono::steady_clock::now();
-        m.multiply();
-        benchmark::ClobberMemory();
-        const double dt = elapsed(t0);
-        state.SetIterationTime(dt);
-        seconds += dt;
-    }
+    const double seconds = timed(state, [&] { m.multiply(); });
     finish(state, numaplace::bench::name(kind), threads, seconds, m.bytes(), m.locality());
 }
 
@@ -110,20 +110,13 @@ void BM_Dgemv_openblas(benchmark::State& state) {
     openblas_set_num_threads(threads);
     auto& m = matrix(placement_kind::partitioned);
     const auto n = static_cast<blasint>(N), rows = static_cast<blasint>(M);
-    cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, n, 1.0, m.a(), n, m.x(), 1, 0.0, m.y(), 1);
+    auto gemv = [&] { cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, n, 1.0, m.a(), n, m.x(), 1, 0.0, m.y(), 1); };
+    gemv();
     if (!m.check()) {
         state.SkipWithError("wrong result from cblas_dgemv");
         return;
     }
-    double seconds = 0;
-    for (auto _ : state) {
-        auto t0 = std::chrono::steady_clock::now();
-        cblas_dgemv(CblasRowMajor, CblasNoTrans, rows, n, 1.0, m.a(), n, m.x(), 1, 0.0, m.y(), 1);
-        benchmark::ClobberMemory();
-        const double dt = elapsed(t0);
-        state.SetIterationTime(dt);
-        seconds += dt;
-    }
+    const double seconds = timed(state, gemv);
     finish(state, "openblas", threads, seconds, m.bytes(), -1);
 }
 #endif

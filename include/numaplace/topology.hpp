@@ -123,19 +123,13 @@ public:
     /// \returns a topology from an hwloc synthetic description, e.g. "pack:2 numa:1 core:4 pu:1".
     /// \throws invalid_placement when hwloc rejects the description.
     static std::unique_ptr<topology> from_synthetic(const std::string& description) {
-        detail::hwloc_topology_ptr t = make_empty();
-        if (hwloc_topology_set_synthetic(t.get(), description.c_str()) != 0)
-            detail::throw_invalid("hwloc rejected synthetic topology '" + description + "'");
-        load(t.get());
-        return std::unique_ptr<topology>(new topology(std::move(t)));
+        return from_source([&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
+                           "hwloc rejected synthetic topology '" + description + "'");
     }
     /// \returns a topology from an hwloc XML file (`lstopo file.xml`).
     static std::unique_ptr<topology> from_xml(const std::string& path) {
-        detail::hwloc_topology_ptr t = make_empty();
-        if (hwloc_topology_set_xml(t.get(), path.c_str()) != 0)
-            detail::throw_invalid("hwloc cannot read XML topology '" + path + "'");
-        load(t.get());
-        return std::unique_ptr<topology>(new topology(std::move(t)));
+        return from_source([&](hwloc_topology_t t) { return hwloc_topology_set_xml(t, path.c_str()); },
+                           "hwloc cannot read XML topology '" + path + "'");
     }
 
     topology(const topology&) = delete;
@@ -209,6 +203,13 @@ private:
         hwloc_topology_t raw = nullptr;
         if (hwloc_topology_init(&raw) != 0) throw std::bad_alloc();
         return detail::hwloc_topology_ptr(raw);
+    }
+    template <class SetSource>
+    static std::unique_ptr<topology> from_source(SetSource&& set_source, const std::string& error) {
+        detail::hwloc_topology_ptr t = make_empty();
+        if (set_source(t.get()) != 0) detail::throw_invalid(error);
+        load(t.get());
+        return std::unique_ptr<topology>(new topology(std::move(t)));
     }
     static void load(hwloc_topology_t t) {
         if (hwloc_topology_load(t) != 0) detail::throw_invalid("hwloc could not load the topology");
