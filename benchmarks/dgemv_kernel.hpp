@@ -4,41 +4,45 @@
 //
 // Why not the naive loop: `y[i] += A[i*n+j] * x[j]` is one floating-point add chain per row. Without
 // -ffast-math the compiler may not reassociate it, so every add waits for the previous one and the loop
-// runs at the add latency, about half the memory read bandwidth (PERF.md).
+// runs at the add (or FMA) latency: 0.22-0.45 of the read bandwidth on this machine kind.
 //
-// Design, from what was measured on this machine kind (Sapphire Rapids VM, GCC 12; numbers in the report
-// that came with this file):
-//  1. Independent accumulators. Each row is summed into 16 partial sums held in four local `double[4]`.
-//     Every update is its own loop of exactly four iterations over contiguous elements,
-//     `c[l] += a[j+l] * x[j+l]` (madd4), with no dependence between the four arrays: with one row in the
-//     loop, GCC vectorises that by construction at -O2 (the 4-iteration loops are unrolled, basic-block
-//     SLP makes vectors of them) and at -O3 (the loop vectorizer takes the 16 sums as one SLP reduction
-//     group over contiguous loads); 2-wide with the x86-64 baseline (8 independent add chains), 4-wide FMA
-//     with -march=native (4 chains). Enough to hide the add latency.
-//  2. Several rows at once, interleaved by column chunks. One core streaming one row at a time does not
-//     reach the read bandwidth: with one stream in flight the hardware prefetchers keep too few misses
-//     outstanding (a single-stream sum reads ~20% slower than four interleaved streams on one core here).
-//     So dgemv_rows takes rows_per_block rows together and walks them chunk_columns columns at a time:
-//     chunk 0 of rows i..i+3, then chunk 1 of rows i..i+3, ... Four streams are in flight, and the chunk of
-//     x (1 KiB) is read from L1 by all four rows instead of from L2 by each.
-//     The interleave is by chunks, not element by element, on purpose: a loop that updates the
-//     accumulators of several rows (or of several distant segments) in one body is vectorised by GCC 12
-//     at -O3 as an in-order reduction across iterations with transposing shuffles, slower than the naive
-//     loop (1.8-2.9 G multiply-adds/s in cache, against 6-10 for this form). Each chunk here is the
-//     single-stream loop of point 1, resumed from the row's saved accumulators.
+// Design (each point measured on a 2-core Sapphire Rapids VM with GCC 12 at -O2 and -O3, with and without
+// -march=native, A = 20000 x 20000 doubles):
+//  1. Independent accumulators that vectorise by construction. A row is summed into 8 partial sums,
+//     `double c[2][4]`. Every update is its own loop of exactly four iterations over contiguous elements,
+//     `c[k][l] += a[j+l] * x[j+l]` (madd4), with no dependence between the two groups. With one row per
+//     loop GCC vectorises that at -O2 (the 4-iteration loops are unrolled, basic-block SLP turns them into
+//     vectors) and at -O3 (the loop vectorizer takes the 8 sums as one SLP reduction group over contiguous
+//     loads): 2-wide with the x86-64 baseline, 4-wide FMA with -march=native.
+//  2. Four rows in flight. One core reading one sequential stream does not reach the read bandwidth here
+//     (a single-stream sum reads ~20% slower than four interleaved streams). dgemv_rows therefore takes
+//     four rows at a time and walks them chunk_columns columns at a time: chunk 0 of rows i..i+3, chunk 1
+//     of rows i..i+3, ... x comes from L1 for all four rows. Four rows x 8 lanes also give 16 (SSE2) or
+//     8 (AVX) independent add chains, enough to hide the add latency. With AVX they take 8 of the 16
+//     registers of an AVX2-only machine; with SSE2 they need all 16 and a few spill to L1 (measured
+//     harmless); 16 lanes per row measured 3-10% slower at -O2 and with SSE2. read_sum, the probe,
+//     reads four streams the same way, so "fraction of the read limit" compares like with like.
+//  3. Interleaved by chunks, one row per loop. A loop whose body updates the accumulators of several rows
+//     is vectorised by GCC 12 at -O3 as an in-order reduction across iterations with transposing shuffles,
+//     slower than the naive loop. So each chunk of each row is its own loop (madd_chunk), and the four
+//     calls share nothing but x. madd_chunk works on the caller's arrays by reference and is small enough
+//     to be inlined at -O2 as well, so the partial sums stay in registers across chunks. Short chunks
+//     (16 columns, two trips of the loop) keep the four streams close together; a one-trip chunk would
+//     turn back into the element-by-element interleave of the -O3 trap.
 //
 // Reduction order (the only difference from the naive loop, which adds j = 0, 1, ..., n-1 in order):
-//   * Let m = n - n % 16. Lane l in [0, 16) sums A[i][j] * x[j] for j = l, l+16, l+32, ... < m, in
-//     increasing j, starting from +0.0. (Chunking does not change this: chunks are multiples of 16 columns
-//     and each lane carries on where the previous chunk left it.)
-//   * The 16 lanes are combined by a fixed halving tree: s_l += s_{l+8} (l < 8), then s_l += s_{l+4}
-//     (l < 4), then s_l += s_{l+2} (l < 2), then s_0 + s_1.
+//   * Let m = n - n % 8. Lane l in [0, 8) sums A[i][j] * x[j] for j = l, l+8, l+16, ... < m, in
+//     increasing j, starting from +0.0. Chunking does not change this: chunks are whole multiples of 8
+//     columns and each lane carries on where the previous chunk left it.
+//   * The 8 lanes are combined by a fixed halving tree: s_l += s_{l+4} (l < 4), then s_l += s_{l+2}
+//     (l < 2), then s_0 + s_1.
 //   * The column tail j = m, ..., n-1 is added to that value one term at a time, in increasing j.
-//   The order is the same for every row whatever the block, the chunk length, the row range a thread gets,
-//   the alignment of A and the instruction set, so results are reproducible bit for bit across thread
-//   counts. Whether a*x + s is contracted to one FMA depends on the flags (GCC contracts by default in
-//   GNU mode when FMA is enabled, e.g. -march=native on x86-64-v3 or later). Results thus differ from the
-//   naive loop by rounding only; dgemv_check states the bound.
+//   The order is the same for every row, whether it goes through the 4-row block or the single-row path,
+//   whatever the row range a thread gets and the alignment of A. Without FMA contraction (x86-64 baseline,
+//   or -ffp-contract=off) results are therefore bit-identical across thread counts. With FMA enabled GCC
+//   contracts a*x + s by default in GNU mode and may contract different code paths differently, so a row
+//   can differ in the last bits depending on the path it took. Either way results differ from the naive
+//   loop by rounding only; dgemv_check states the bound.
 #ifndef NUMAPLACE_BENCH_DGEMV_KERNEL_HPP_INCLUDED
 #define NUMAPLACE_BENCH_DGEMV_KERNEL_HPP_INCLUDED
 
@@ -50,24 +54,18 @@ namespace numaplace::bench {
 
 namespace detail {
 
-/// Independent partial sums per row (and per stream in read_sum): four groups of four lanes.
-inline constexpr std::size_t lanes = 16;
-/// Rows of A streamed together by dgemv_rows.
-inline constexpr std::size_t rows_per_block = 4;
-/// Columns per chunk in dgemv_rows (a multiple of `lanes`): 1 KiB of x, shared by the rows of a block.
-inline constexpr std::size_t chunk_columns = 128;
-/// read_sum reads blocks of `probe_streams` consecutive segments of `probe_segment` doubles each,
-/// the segments interleaved by chunks of `chunk_columns`, like dgemv_rows reads a block of rows.
-inline constexpr std::size_t probe_streams = 4;
-inline constexpr std::size_t probe_segment = 8192; // 64 KiB
+/// Independent partial sums per row (and per stream in read_sum): two groups of four lanes,
+/// lane 4k + l being c[k][l].
+inline constexpr std::size_t lanes = 8;
+/// Columns per chunk in dgemv_rows (a multiple of `lanes`, at least two of them: see the top of the file).
+inline constexpr std::size_t chunk_columns = 16;
+/// read_sum reads blocks of four consecutive segments of `probe_segment` doubles (64 KiB each), the four
+/// segments interleaved by chunks of `probe_chunk` doubles.
+inline constexpr std::size_t probe_segment = 8192;
+inline constexpr std::size_t probe_chunk = 64;
 
-/// Sixteen partial sums: lane 4k + l is c[k][l].
-struct accumulator {
-    double c[4][4];
-};
-
-/// \effects c[l] += a[l] * x[l] for l in [0, 4). One group of four lanes, kept a separate 4-iteration
-/// loop on purpose (see the top of this file).
+/// \effects c[l] += a[l] * x[l] for l in [0, 4). One group of four lanes, kept a separate
+/// 4-iteration loop on purpose (see the top of this file).
 inline void madd4(double (&c)[4], const double* a, const double* x) noexcept {
     for (std::size_t l = 0; l != 4; ++l) {
         c[l] += a[l] * x[l];
@@ -81,149 +79,141 @@ inline void add4(double (&c)[4], const double* a) noexcept {
     }
 }
 
-/// \effects lane l of `acc` += sum of a[j] * x[j] for j = l, l+16, ... < len, in increasing j.
+/// \effects lane l of c += a[j] * x[j] for j = l, l+8, ... < len, in increasing j.
 /// \requires len % lanes == 0.
-inline void madd_chunk(accumulator& acc, const double* a, const double* x, std::size_t len) noexcept {
-    double c0[4];
-    double c1[4];
-    double c2[4];
-    double c3[4];
-    for (std::size_t l = 0; l != 4; ++l) {
-        c0[l] = acc.c[0][l];
-        c1[l] = acc.c[1][l];
-        c2[l] = acc.c[2][l];
-        c3[l] = acc.c[3][l];
-    }
+inline void madd_chunk(double (&c)[2][4], const double* a, const double* x, std::size_t len) noexcept {
     for (std::size_t j = 0; j < len; j += lanes) {
-        madd4(c0, a + j, x + j);
-        madd4(c1, a + j + 4, x + j + 4);
-        madd4(c2, a + j + 8, x + j + 8);
-        madd4(c3, a + j + 12, x + j + 12);
-    }
-    for (std::size_t l = 0; l != 4; ++l) {
-        acc.c[0][l] = c0[l];
-        acc.c[1][l] = c1[l];
-        acc.c[2][l] = c2[l];
-        acc.c[3][l] = c3[l];
+        madd4(c[0], a + j, x + j);
+        madd4(c[1], a + j + 4, x + j + 4);
     }
 }
 
-/// \effects lane l of `acc` += sum of p[k] for k = l, l+16, ... < len, in increasing k.
+/// \effects lane l of c += p[k] for k = l, l+8, ... < len, in increasing k.
 /// \requires len % lanes == 0.
-inline void add_chunk(accumulator& acc, const double* p, std::size_t len) noexcept {
-    double c0[4];
-    double c1[4];
-    double c2[4];
-    double c3[4];
-    for (std::size_t l = 0; l != 4; ++l) {
-        c0[l] = acc.c[0][l];
-        c1[l] = acc.c[1][l];
-        c2[l] = acc.c[2][l];
-        c3[l] = acc.c[3][l];
-    }
+inline void add_chunk(double (&c)[2][4], const double* p, std::size_t len) noexcept {
     for (std::size_t k = 0; k < len; k += lanes) {
-        add4(c0, p + k);
-        add4(c1, p + k + 4);
-        add4(c2, p + k + 8);
-        add4(c3, p + k + 12);
-    }
-    for (std::size_t l = 0; l != 4; ++l) {
-        acc.c[0][l] = c0[l];
-        acc.c[1][l] = c1[l];
-        acc.c[2][l] = c2[l];
-        acc.c[3][l] = c3[l];
+        add4(c[0], p + k);
+        add4(c[1], p + k + 4);
     }
 }
 
-/// \returns the 16 lanes combined by the halving tree described at the top of this file.
-inline double combine(const accumulator& acc) noexcept {
-    double lo[4];
-    double hi[4];
-    for (std::size_t l = 0; l != 4; ++l) { // s_l += s_{l+8}
-        lo[l] = acc.c[0][l] + acc.c[2][l];
-        hi[l] = acc.c[1][l] + acc.c[3][l];
-    }
+/// \returns the 8 lanes of c combined by the halving tree described at the top of this file.
+inline double combine(const double (&c)[2][4]) noexcept {
+    double t[4];
     for (std::size_t l = 0; l != 4; ++l) { // s_l += s_{l+4}
-        lo[l] += hi[l];
+        t[l] = c[0][l] + c[1][l];
     }
-    return (lo[0] + lo[2]) + (lo[1] + lo[3]); // s_l += s_{l+2}; s_0 + s_1
+    return (t[0] + t[2]) + (t[1] + t[3]); // s_l += s_{l+2}; s_0 + s_1
 }
 
-/// \effects y[r] = row r of the R rows starting at `a` (row stride lda) times x, for r in [0, R),
-/// the rows read together chunk by chunk.
-template <std::size_t R>
-inline void dgemv_block(const double* a, std::size_t lda, const double* x, double* y,
-                        std::size_t n) noexcept {
+/// \returns s + a[j] * x[j] for j = m, ..., n-1, added in order.
+inline double add_tail(double s, const double* a, const double* x, std::size_t m, std::size_t n) noexcept {
+    for (std::size_t j = m; j < n; ++j) {
+        s += a[j] * x[j];
+    }
+    return s;
+}
+
+/// \returns row `a` times x (n columns), in the order described at the top of this file.
+inline double dgemv_row(const double* a, const double* x, std::size_t n) noexcept {
     const std::size_t m = n - n % lanes;
-    accumulator acc[R] = {};
-    for (std::size_t c = 0; c < m; c += chunk_columns) {
-        const std::size_t len = m - c < chunk_columns ? m - c : chunk_columns;
-        for (std::size_t r = 0; r != R; ++r) {
-            madd_chunk(acc[r], a + r * lda + c, x + c, len);
-        }
+    double c[2][4] = {};
+    madd_chunk(c, a, x, m);
+    return add_tail(combine(c), a, x, m, n);
+}
+
+/// \effects y[r] = row r of the four rows starting at a0 (row stride lda) times x, r in [0, 4);
+/// the four rows are read together, C columns at a time.
+template <std::size_t C = chunk_columns>
+inline void dgemv_block4(const double* a0, std::size_t lda, const double* x, double* y,
+                         std::size_t n) noexcept {
+    static_assert(C != 0 && C % lanes == 0, "chunks are whole lane groups");
+    static_assert(C >= 2 * lanes, "a one-trip chunk turns into the element interleave GCC -O3 mishandles");
+    const std::size_t m = n - n % lanes;
+    const double* a1 = a0 + lda;
+    const double* a2 = a1 + lda;
+    const double* a3 = a2 + lda;
+    double c0[2][4] = {};
+    double c1[2][4] = {};
+    double c2[2][4] = {};
+    double c3[2][4] = {};
+    for (std::size_t b = 0; b < m; b += C) {
+        const std::size_t len = m - b < C ? m - b : C;
+        madd_chunk(c0, a0 + b, x + b, len);
+        madd_chunk(c1, a1 + b, x + b, len);
+        madd_chunk(c2, a2 + b, x + b, len);
+        madd_chunk(c3, a3 + b, x + b, len);
     }
-    for (std::size_t r = 0; r != R; ++r) {
-        const double* ar = a + r * lda;
-        double s = combine(acc[r]);
-        for (std::size_t j = m; j < n; ++j) {
-            s += ar[j] * x[j];
-        }
-        y[r] = s;
+    y[0] = add_tail(combine(c0), a0, x, m, n);
+    y[1] = add_tail(combine(c1), a1, x, m, n);
+    y[2] = add_tail(combine(c2), a2, x, m, n);
+    y[3] = add_tail(combine(c3), a3, x, m, n);
+}
+
+/// dgemv_rows with another chunk length (for tuning; dgemv_rows uses chunk_columns).
+template <std::size_t C>
+inline void dgemv_rows_chunked(const double* A, std::size_t lda, const double* x, double* y,
+                               std::size_t row_begin, std::size_t row_end, std::size_t n) noexcept {
+    std::size_t i = row_begin;
+    for (; i < row_end && row_end - i >= 4; i += 4) {
+        dgemv_block4<C>(A + i * lda, lda, x, y + i, n);
     }
+    for (; i < row_end; ++i) {
+        y[i] = dgemv_row(A + i * lda, x, n);
+    }
+}
+
+/// read_sum with another segment and chunk length (for tuning; read_sum uses the defaults).
+template <std::size_t B, std::size_t C>
+inline double read_sum_shaped(const double* p, std::size_t count) noexcept {
+    static_assert(C != 0 && B % C == 0 && C % lanes == 0, "segments are whole chunks, chunks whole lanes");
+    double total = 0.0;
+    std::size_t k = 0;
+    for (; count - k >= 4 * B; k += 4 * B) {
+        const double* p0 = p + k;
+        double c0[2][4] = {};
+        double c1[2][4] = {};
+        double c2[2][4] = {};
+        double c3[2][4] = {};
+        for (std::size_t b = 0; b != B; b += C) {
+            add_chunk(c0, p0 + b, C);
+            add_chunk(c1, p0 + B + b, C);
+            add_chunk(c2, p0 + 2 * B + b, C);
+            add_chunk(c3, p0 + 3 * B + b, C);
+        }
+        total += (combine(c0) + combine(c1)) + (combine(c2) + combine(c3));
+    }
+    const std::size_t rest = count - k;
+    const std::size_t m = rest - rest % lanes;
+    double c[2][4] = {};
+    add_chunk(c, p + k, m);
+    double s = combine(c);
+    for (std::size_t j = m; j < rest; ++j) {
+        s += p[k + j];
+    }
+    return total + s;
 }
 
 } // namespace detail
 
 /// \effects y[i] = sum over j in [0, n) of A[i*lda + j] * x[j], for every i in [row_begin, row_end).
-/// Writes only y[row_begin .. row_end); reads each of those rows of A once.
+/// Writes only y[row_begin .. row_end); reads each of those rows of A once, four rows at a time.
 /// \requires lda >= n; A, x, y valid for those accesses; y does not overlap A or x.
 /// The summation order is the one described at the top of this file, the same for every row.
 inline void dgemv_rows(const double* A, std::size_t lda, const double* x, double* y,
                        std::size_t row_begin, std::size_t row_end, std::size_t n) noexcept {
-    constexpr std::size_t R = detail::rows_per_block;
-    std::size_t i = row_begin;
-    for (; i < row_end && row_end - i >= R; i += R) {
-        detail::dgemv_block<R>(A + i * lda, lda, x, y + i, n);
-    }
-    for (; i < row_end; ++i) {
-        detail::dgemv_block<1>(A + i * lda, lda, x, y + i, n);
-    }
+    detail::dgemv_rows_chunked<detail::chunk_columns>(A, lda, x, y, row_begin, row_end, n);
 }
 
 /// \returns the sum of p[0 .. count), each element read once. The read-bandwidth probe: it does nothing
-/// but read `count * sizeof(double)` bytes, the way dgemv_rows reads A (probe_streams segments of
-/// probe_segment doubles in flight, interleaved by chunks), so DGEMV can be reported as a fraction of it.
-/// Order: per block of probe_streams * probe_segment elements, each segment is summed into its own 16
-/// lanes (lane l: elements l, l+16, ...), combined by the halving tree; block results are added in order;
-/// a final partial block is summed the same way as one segment with an in-order tail. The value only
-/// serves to keep the reads alive.
+/// but read `count * sizeof(double)` bytes, four streams at a time like dgemv_rows, so DGEMV can be
+/// reported as a fraction of it. Order: per block of 4 * probe_segment elements, each segment is summed
+/// into its own 8 lanes (lane l: elements l, l+8, ... of the segment), each combined by the halving
+/// tree, the four results added as (s0 + s1) + (s2 + s3), blocks added in order; the rest after the last
+/// whole block is summed the same way as one segment, its last count % 8 elements added in order.
+/// The value only serves to keep the reads alive.
 inline double read_sum(const double* p, std::size_t count) noexcept {
-    constexpr std::size_t S = detail::probe_streams;
-    constexpr std::size_t B = detail::probe_segment;
-    constexpr std::size_t C = detail::chunk_columns;
-    static_assert(B % C == 0 && C % detail::lanes == 0, "segments are whole chunks, chunks whole lanes");
-    double total = 0.0;
-    std::size_t k = 0;
-    for (; count - k >= S * B; k += S * B) {
-        detail::accumulator acc[S] = {};
-        for (std::size_t c = 0; c != B; c += C) {
-            for (std::size_t s = 0; s != S; ++s) {
-                detail::add_chunk(acc[s], p + k + s * B + c, C);
-            }
-        }
-        for (std::size_t s = 0; s != S; ++s) {
-            total += detail::combine(acc[s]);
-        }
-    }
-    const std::size_t rest = count - k;
-    const std::size_t m = rest - rest % detail::lanes;
-    detail::accumulator acc = {};
-    detail::add_chunk(acc, p + k, m);
-    double s = detail::combine(acc);
-    for (std::size_t j = m; j < rest; ++j) {
-        s += p[k + j];
-    }
-    return total + s;
+    return detail::read_sum_shaped<detail::probe_segment, detail::probe_chunk>(p, count);
 }
 
 /// \effects the naive loop: y[i] = A[i*lda+0]*x[0] + A[i*lda+1]*x[1] + ... in increasing j, for

@@ -6,10 +6,11 @@ Usage: plot_dgemv.py results.json out.png
 results.json is the output of `bench_dgemv --benchmark_format=json` (or `--benchmark_out=results.json`).
 Benchmarks are grouped by placement, read from the name (`BM_Dgemv_<placement>/...`): the words
 read_limit, openblas, serial_init, parallel_init, interleaved, node0, partitioned. The thread count comes
-from a `/threads:N` part of the name, else from a `threads` user counter. Used counters: `speedup`,
-`fraction_of_limit` and, when `fraction_of_limit` is missing, `GBps` divided by the read_limit's GBps at the
-same thread count. Aggregates (mean/median/stddev of repetitions): the median is used when present, else
-the plain iterations are averaged.
+from a `/threads:N` part of the name (also `threads=N`, `threads_N`), else from a `threads` user counter.
+If any name contains "dgemv", other benchmarks in the file are ignored (the read limit is kept).
+Used counters: `speedup`, `fraction_of_limit` and, when `fraction_of_limit` is missing, `GBps` divided by
+the read_limit's GBps at the same thread count. Aggregates (mean/median/stddev of repetitions): the median
+is used when present, else the plain iterations are averaged.
 
 Writes one PNG with two panels: speedup vs threads per placement, fraction of the read limit vs threads.
 """
@@ -53,7 +54,7 @@ def placement_of(name):
 def threads_of(bench):
     """Thread count from a `/threads:N` name part, else from the `threads` field or user counter
     (a user counter named `threads` is written after Google Benchmark's own field and wins in json.load)."""
-    m = re.search(r"/threads:(\d+)", bench.get("name", ""))
+    m = re.search(r"(?:^|[/_])threads[:=_](\d+)", bench.get("name", ""))
     if m:
         return int(m.group(1))
     t = bench.get("threads")  # user counter (Google Benchmark puts counters at the top level)
@@ -71,6 +72,11 @@ def collect(benchmarks):
     """{placement: {threads: {counter: value}}}, preferring median aggregates over iterations."""
     medians = defaultdict(lambda: defaultdict(dict))
     runs = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    # A file holding other benchmarks too (e.g. BM_Alloc_node0): keep the DGEMV ones and the read limit.
+    if any("dgemv" in (b.get("run_name") or b.get("name", "")).lower() for b in benchmarks):
+        benchmarks = [b for b in benchmarks
+                      if "dgemv" in (b.get("run_name") or b.get("name", "")).lower()
+                      or placement_of(b.get("run_name") or b.get("name", "")) == "read_limit"]
     for b in benchmarks:
         if b.get("error_occurred"):
             continue

@@ -292,7 +292,20 @@ void run_blocks(const partition& part, Fn&& fn) {
     const bool nested = current_block_node() >= 0;
     if (nested || arenas.report().pinning == pinning::single_node) {
         // One node, or nested inside a block: stay in the current arena (on the current node) and let
-        // oneTBB balance over all blocks at once.
+        // oneTBB balance over all blocks at once. A single block (always, on one node) runs directly:
+        // no task group, so a one-node machine pays nothing over plain oneTBB.
+        const block* only = nullptr;
+        std::size_t non_empty = 0;
+        for (const auto& b : blocks)
+            if (!b.empty()) {
+                only = &b;
+                ++non_empty;
+            }
+        if (non_empty == 0) return;
+        if (non_empty == 1) {
+            fn(*only);
+            return;
+        }
         tbb::task_group group;
         std::exception_ptr error;
         std::atomic<bool> failed{false};
