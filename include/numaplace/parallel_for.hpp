@@ -235,14 +235,32 @@ private:
         }
         std::size_t total = 0;
         arenas_.resize(topo.size());
+#if TBB_INTERFACE_VERSION >= 12180
+        // oneTBB's own helper where it exists: one arena per tbb::info::numa_nodes() entry, in that
+        // order, all slots for workers. (Debian 12 ships 2021.8, interface 12080: the branch below is the
+        // one tested here.)
+        std::vector<tbb::task_arena> from_tbb;
+        if (report_.pinning == pinning::tbbbind) {
+            from_tbb = tbb::create_numa_task_arenas();
+            report_.reason += "; arenas from tbb::create_numa_task_arenas";
+        }
+#endif
         for (int k : cpu_nodes) {
             const int threads = static_cast<int>(topo.at(k).cpus.size());
             total += static_cast<std::size_t>(threads);
             // reserved_for_masters = 0: all of the node's cores are worker slots (with the default 1, a
             // slot is kept for a caller that never comes, leaving a core idle: oneTBB issue #773).
             if (report_.pinning == pinning::tbbbind) {
-                tbb::task_arena::constraints c(static_cast<tbb::numa_node_id>(k), threads);
-                arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(c, 0u);
+#if TBB_INTERFACE_VERSION >= 12180
+                for (std::size_t i = 0; i < from_tbb.size() && i < report_.tbb_numa_nodes.size(); ++i)
+                    if (report_.tbb_numa_nodes[i] == k)
+                        arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(from_tbb[i]);
+                if (!arenas_[static_cast<std::size_t>(k)])
+#endif
+                {
+                    tbb::task_arena::constraints c(static_cast<tbb::numa_node_id>(k), threads);
+                    arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(c, 0u);
+                }
             } else {
                 arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(threads, 0u);
             }

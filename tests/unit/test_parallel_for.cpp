@@ -42,7 +42,7 @@ struct where_ran {
 
 TEST(parallel_for, visits_every_index_exactly_once) {
     const std::size_t page_doubles = detail::page_size() / sizeof(double);
-    for (std::size_t n : {std::size_t(0), std::size_t(1), topology::get().size() - 1 + 1, topology::get().size() + 1,
+    for (std::size_t n : {std::size_t(0), std::size_t(1), topology::get().size() - 1, topology::get().size() + 1,
                           page_doubles * 64, page_doubles * 64 + 7, std::size_t(10'000'000)})
         expect_each_index_once(n);
 }
