@@ -32,46 +32,40 @@ void parallel_touch(void* p, std::size_t bytes) {
     });
 }
 
-void large_counters(benchmark::State& state, void* p) {
+// One cycle per iteration: get 1 GiB, touch every page in parallel, give it back.
+template <class Get, class Touch, class Put>
+void large_cycle(benchmark::State& state, Get get, Touch touch, Put put) {
+    for (auto _ : state) {
+        void* p = get();
+        touch(p);
+        benchmark::DoNotOptimize(p);
+        put(p);
+    }
     state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * gib));
-    (void)p;
+}
+void touch_by_tbb(void* p) { parallel_touch(p, gib); }
+
+template <class A>
+void large_allocator(benchmark::State& state, A a) {
+    large_cycle(state, [&] { return static_cast<void*>(a.allocate(gib)); }, touch_by_tbb,
+                [&](void* p) { a.deallocate(static_cast<char*>(p), gib); });
 }
 
 void BM_Large_mmap_touch(benchmark::State& state) {
-    for (auto _ : state) {
-        void* p = numaplace::memory::map(gib);
-        parallel_touch(p, gib);
-        benchmark::DoNotOptimize(p);
-        numaplace::memory::unmap(p, gib);
-    }
-    large_counters(state, nullptr);
+    large_cycle(state, [] { return numaplace::memory::map(gib); }, touch_by_tbb,
+                [](void* p) { numaplace::memory::unmap(p, gib); });
 }
-
-template <class A>
-void large_numaplace(benchmark::State& state, A a) {
-    for (auto _ : state) {
-        auto* p = a.allocate(gib);
-        parallel_touch(p, gib);
-        benchmark::DoNotOptimize(p);
-        a.deallocate(p, gib);
-    }
-    large_counters(state, nullptr);
-}
-void BM_Large_std_allocator(benchmark::State& state) { large_numaplace(state, std::allocator<char>()); }
-void BM_Large_node_allocator(benchmark::State& state) { large_numaplace(state, numaplace::node_allocator<char>(0)); }
+void BM_Large_std_allocator(benchmark::State& state) { large_allocator(state, std::allocator<char>()); }
+void BM_Large_node_allocator(benchmark::State& state) { large_allocator(state, numaplace::node_allocator<char>(0)); }
 void BM_Large_interleaved_allocator(benchmark::State& state) {
-    large_numaplace(state, numaplace::interleaved_allocator<char>(numaplace::topology::get().all()));
+    large_allocator(state, numaplace::interleaved_allocator<char>(numaplace::topology::get().all()));
 }
 void BM_Large_partitioned_allocator_first_touch(benchmark::State& state) {
     numaplace::partition part(gib, 1);
     numaplace::partitioned_allocator<char> a(part);
-    for (auto _ : state) {
-        char* p = a.allocate(gib);
-        numaplace::first_touch(p, part);
-        benchmark::DoNotOptimize(p);
-        a.deallocate(p, gib);
-    }
-    large_counters(state, nullptr);
+    large_cycle(state, [&] { return static_cast<void*>(a.allocate(gib)); },
+                [&](void* p) { numaplace::first_touch(static_cast<char*>(p), part); },
+                [&](void* p) { a.deallocate(static_cast<char*>(p), gib); });
 }
 
 #ifdef NUMAPLACE_HAVE_LIBNUMA
@@ -80,26 +74,18 @@ void BM_Large_numa_alloc_onnode(benchmark::State& state) {
         state.SkipWithError("libnuma: numa_available() < 0");
         return;
     }
-    for (auto _ : state) {
-        void* p = numa_alloc_onnode(gib, static_cast<int>(numaplace::topology::get().at(0).os_index));
-        parallel_touch(p, gib);
-        benchmark::DoNotOptimize(p);
-        numa_free(p, gib);
-    }
-    large_counters(state, nullptr);
+    const int os_node = static_cast<int>(numaplace::topology::get().at(0).os_index);
+    large_cycle(state, [os_node] { return numa_alloc_onnode(gib, os_node); }, touch_by_tbb,
+                [](void* p) { numa_free(p, gib); });
 }
 #endif
 
 void BM_Large_hwloc_alloc_membind(benchmark::State& state) {
     const auto& topo = numaplace::topology::get();
     hwloc_obj_t node = topo.native_node(0);
-    for (auto _ : state) {
-        void* p = hwloc_alloc_membind(topo.native(), gib, node->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET);
-        parallel_touch(p, gib);
-        benchmark::DoNotOptimize(p);
-        hwloc_free(topo.native(), p, gib);
-    }
-    large_counters(state, nullptr);
+    large_cycle(state,
+                [&] { return hwloc_alloc_membind(topo.native(), gib, node->nodeset, HWLOC_MEMBIND_BIND, HWLOC_MEMBIND_BYNODESET); },
+                touch_by_tbb, [&](void* p) { hwloc_free(topo.native(), p, gib); });
 }
 
 constexpr int small_ops = 100000;

@@ -64,24 +64,9 @@ public:
             a_ = static_cast<double*>(memory::map(bytes));
             release_ = [bytes](double* p) { memory::unmap(p, bytes); };
             break;
-        case placement_kind::interleaved: {
-            interleaved_allocator<double> alloc(topology::get().all());
-            a_ = alloc.allocate(count);
-            release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
-            break;
-        }
-        case placement_kind::node0: {
-            node_allocator<double> alloc(0);
-            a_ = alloc.allocate(count);
-            release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
-            break;
-        }
-        case placement_kind::partitioned: {
-            partitioned_allocator<double> alloc(rows_);
-            a_ = alloc.allocate(count);
-            release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
-            break;
-        }
+        case placement_kind::interleaved: take_from(interleaved_allocator<double>(topology::get().all()), count); break;
+        case placement_kind::node0: take_from(node_allocator<double>(0), count); break;
+        case placement_kind::partitioned: take_from(partitioned_allocator<double>(rows_), count); break;
         }
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
@@ -100,22 +85,13 @@ public:
     const partition& row_partition() const noexcept { return rows_; }
 
     /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
+    /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
     void multiply() {
         const double* a = a_;
         const double* x = x_.data();
         double* y = y_.data();
         const std::size_t n = n_;
-        if (kind_ == placement_kind::partitioned) {
-            parallel_for(rows_, [=](subrange r) { dgemv_rows(a, n, x, y, r.begin(), r.end(), n); });
-        } else if (kind_ == placement_kind::parallel_init) {
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [=](const tbb::blocked_range<std::size_t>& r) {
-                dgemv_rows(a, n, x, y, r.begin(), r.end(), n);
-            }, tbb::static_partitioner());
-        } else {
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [=](const tbb::blocked_range<std::size_t>& r) {
-                dgemv_rows(a, n, x, y, r.begin(), r.end(), n);
-            });
-        }
+        for_rows([=](std::size_t b, std::size_t e) { dgemv_rows(a, n, x, y, b, e, n); });
     }
     /// \returns the sum of all of A read in parallel the same way (the read-bandwidth probe).
     double read_all() const {
@@ -132,43 +108,38 @@ public:
     }
 
     /// \returns the fraction of A's pages that are on the node of the thread that computes them: runs
-    /// the compute loop once more, recording the node of each executing CPU per row, then compares with
-    /// where() page by page (pages of rows computed off-node count as remote).
+    /// the compute loop once more, recording the node of the executing CPU per row, then asks where()
+    /// for every page against that (pages of rows computed off-node count as remote).
     double locality() {
         const auto& topo = topology::get();
         std::vector<int> node_of_row(m_, -1);
+        const double* a = a_;
+        const double* x = x_.data();
+        double* y = y_.data();
         const std::size_t n = n_;
-        auto record = [&](std::size_t b, std::size_t e) {
+        for_rows([&](std::size_t b, std::size_t e) {
             const int node = topo.current_node();
             for (std::size_t i = b; i < e; ++i) node_of_row[i] = node;
-            dgemv_rows(a_, n, x_.data(), y_.data(), b, e, n);
-        };
-        if (kind_ == placement_kind::partitioned) {
-            parallel_for(rows_, [&](subrange r) { record(r.begin(), r.end()); });
-        } else if (kind_ == placement_kind::parallel_init) {
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
-                record(r.begin(), r.end());
-            }, tbb::static_partitioner());
-        } else {
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
-                record(r.begin(), r.end());
-            });
-        }
-        // Per page: the node of the row that starts in it (or contains its start).
-        const std::size_t page = numaplace::detail::page_size(), row_bytes = n_ * sizeof(double);
-        std::size_t local = 0, touched = 0;
-        const std::size_t stride = 61; // sample every 61st page (prime: no aliasing with interleave periods)
-        for (std::size_t off = 0; off < bytes(); off += page * stride) {
-            auto h = where(reinterpret_cast<const char*>(a_) + off, 1);
-            if (h.touched() == 0) continue;
-            ++touched;
-            const int row_node = node_of_row[off / row_bytes];
-            local += h.on(row_node);
-        }
-        return touched ? static_cast<double>(local) / static_cast<double>(touched) : 1.0;
+            dgemv_rows(a, n, x, y, b, e, n);
+        });
+        return numaplace::locality(a_, m_ * n_, [&](std::size_t i) { return node_of_row[i / n]; }).fraction();
     }
 
 private:
+    // Runs f(row_begin, row_end) over all rows with the placement's loop: numaplace::parallel_for on
+    // the row partition, tbb static_partitioner for parallel_init (the same rows go to the same thread
+    // in every loop), plain tbb::parallel_for otherwise.
+    template <class F>
+    void for_rows(F&& f) const {
+        auto rows = [&f](const tbb::blocked_range<std::size_t>& r) { f(r.begin(), r.end()); };
+        const tbb::blocked_range<std::size_t> all(0, m_);
+        if (kind_ == placement_kind::partitioned) parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
+        else if (kind_ == placement_kind::parallel_init) tbb::parallel_for(all, rows, tbb::static_partitioner());
+        else tbb::parallel_for(all, rows);
+    }
+
+    // serial_init fills A from one thread; every other placement fills it with its own loop (for the
+    // bound placements the binding, not the toucher, decides).
     void initialise() {
         double* a = a_;
         const std::size_t n = n_;
@@ -176,19 +147,15 @@ private:
             for (std::size_t i = b; i < e; ++i)
                 for (std::size_t j = 0; j < n; ++j) a[i * n + j] = a_value(i, j);
         };
-        switch (kind_) {
-        case placement_kind::serial_init: fill(0, m_); break;
-        case placement_kind::parallel_init:
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
-                fill(r.begin(), r.end());
-            }, tbb::static_partitioner());
-            break;
-        case placement_kind::partitioned: parallel_for(rows_, [&](subrange r) { fill(r.begin(), r.end()); }); break;
-        default: // bound placements: the pages are placed whoever touches them; fill in parallel
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, m_), [&](const tbb::blocked_range<std::size_t>& r) {
-                fill(r.begin(), r.end());
-            });
-        }
+        if (kind_ == placement_kind::serial_init) fill(0, m_);
+        else for_rows(fill);
+    }
+
+    // Takes A from a numaplace allocator; the matrix gives it back with the same allocator.
+    template <class Alloc>
+    void take_from(Alloc alloc, std::size_t count) {
+        a_ = alloc.allocate(count);
+        release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
     }
 
     placement_kind kind_;

@@ -2,20 +2,11 @@
 // the way `numactl --hardware` does, with each degradation spelled out.
 #include <numaplace/numaplace.hpp>
 
-#include <cstring>
 #include <iostream>
 
-int main(int argc, char** argv) {
-    const bool brief = argc > 1 && std::strcmp(argv[1], "--brief") == 0;
+int main() {
     try {
         const auto& topo = numaplace::topology::get();
-        if (brief) {
-            std::cout << topo.size() << " node(s):";
-            for (const auto& n : topo.nodes()) std::cout << ' ' << n.id << '[' << n.cpus.size() << " cpus]";
-            std::cout << "; binding " << (topo.capabilities().memory_binding ? "works" : "REFUSED")
-                      << "; arenas: " << numaplace::name(numaplace::arena_capabilities().pinning) << '\n';
-            return 0;
-        }
         numaplace::print_report(std::cout, topo);
         const auto& arenas = numaplace::arena_capabilities();
         std::cout << "oneTBB interface version:    " << arenas.tbb_interface_version << '\n'

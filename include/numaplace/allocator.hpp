@@ -106,22 +106,10 @@ private:
             detail::throw_placement(-1, bytes, caps.memory_binding_errno, "memory binding refused by the kernel");
         }
     }
-    bool strict() const noexcept;
+    bool strict() const noexcept { return placement_.on_refusal() == fallback::strict; }
 
     Placement placement_;
 };
-
-namespace detail {
-template <class P>
-auto fallback_of(const P& p, int) noexcept -> decltype(p.on_refusal()) { return p.on_refusal(); }
-template <class P>
-fallback fallback_of(const P&, long) noexcept { return fallback::strict; }
-} // namespace detail
-
-template <class T, class Placement>
-bool allocator<T, Placement>::strict() const noexcept {
-    return detail::fallback_of(placement_, 0) == fallback::strict;
-}
 
 /// All pages on one node (bound or preferred): `node_allocator<double> a(1);`
 template <class T>

@@ -63,13 +63,6 @@ private:
     std::string what_;
 };
 
-/// A strict request for something this machine or process cannot do (e.g. threads pinned to a node
-/// while neither tbbbind nor hwloc binding works).
-class unsupported : public std::runtime_error {
-public:
-    explicit unsupported(const std::string& what) : std::runtime_error("numaplace: " + what) {}
-};
-
 namespace detail {
 // Kept out of line in spirit (noinline, cold) so the throwing code does not bloat the callers.
 [[noreturn]] __attribute__((noinline, cold)) inline void throw_unknown_node(int node, std::size_t count) {

@@ -7,6 +7,7 @@
 
 #include "detail/linux.hpp"
 #include "error.hpp"
+#include "partition.hpp"
 #include "topology.hpp"
 
 #include <cerrno>
@@ -75,6 +76,13 @@ inline void forbid_huge_pages(void* p, std::size_t bytes) noexcept {
     if (topology::get().capabilities().thp != "never") ::madvise(p, page_round(bytes), MADV_NOHUGEPAGE);
 }
 
+/// \effects keeps transparent huge pages off [p, p+bytes) when `part`'s block edges are only
+/// small-page-aligned (see edge_alignment): a huge page straddling two blocks would be faulted in whole
+/// by one of them. Used by the partitioned placement and by first_touch.
+inline void keep_huge_pages_off_edges(void* p, std::size_t bytes, const partition& part) noexcept {
+    if (part.needs_no_huge_pages()) forbid_huge_pages(p, bytes);
+}
+
 /// Kernel memory policy modes numaplace uses.
 enum class policy_mode : int {
     bind = detail::mpol_bind,
@@ -106,6 +114,20 @@ inline std::string describe(policy_mode m, const node_set& nodes) {
     return s;
 }
 inline int error_node(const node_set& nodes) noexcept { return nodes.size() == 1 ? nodes[0] : -1; }
+
+// A policy that pins `bytes` to `nodes` is accepted by the kernel even when the nodes cannot hold them;
+// it then OOM-kills or SIGBUSes at first touch. So: \returns true if they fit; false (recorded) when
+// they do not and `fb` is degrade. \throws placement_error (ENOMEM) when they do not and `fb` is strict.
+inline bool fits(std::size_t bytes, const node_set& nodes, const std::string& what, fallback fb, const topology& topo) {
+    std::uint64_t capacity = 0;
+    for (int id : nodes) capacity += topo.at(id).memory;
+    if (capacity == 0 || bytes <= capacity) return true;
+    if (fb == fallback::strict)
+        numaplace::detail::throw_placement(error_node(nodes), bytes, ENOMEM,
+                                           what + ": more than the node memory (" + std::to_string(capacity) + " bytes)");
+    numaplace::detail::degradation_log::instance().record(what + ": request exceeds node memory, left to first touch");
+    return false;
+}
 } // namespace detail
 
 /// \effects sets the memory policy of the untouched page range [p, p+bytes) (p page-aligned) so its
@@ -117,20 +139,9 @@ inline bool bind(void* p, std::size_t bytes, policy_mode mode, const node_set& n
                  const topology& topo = topology::get()) {
     topo.check(nodes);
     if (bytes == 0) return true;
-    if (mode == policy_mode::bind || mode == policy_mode::interleave) {
-        std::uint64_t capacity = 0;
-        for (int id : nodes) capacity += topo.at(id).memory;
-        if (capacity != 0 && bytes > capacity) {
-            // The kernel would accept the policy and then OOM-kill or SIGBUS at first touch: refuse now.
-            if (fb == fallback::strict)
-                numaplace::detail::throw_placement(detail::error_node(nodes), bytes, ENOMEM,
-                                                   detail::describe(mode, nodes) + ": more than the node memory (" +
-                                                       std::to_string(capacity) + " bytes)");
-            numaplace::detail::degradation_log::instance().record(
-                detail::describe(mode, nodes) + ": request exceeds node memory, left to first touch");
-            return false;
-        }
-    }
+    if ((mode == policy_mode::bind || mode == policy_mode::interleave) &&
+        !detail::fits(bytes, nodes, detail::describe(mode, nodes), fb, topo))
+        return false;
     const auto mask = detail::mask_of(nodes, topo);
     int err = numaplace::detail::sys_mbind(p, page_round(bytes), static_cast<int>(mode), mask, 0);
     if (err == 0) return true;
@@ -161,6 +172,8 @@ inline bool weighted_fill(void* p, std::size_t bytes, const node_set& nodes, con
                           fallback fb, const topology& topo = topology::get()) {
     topo.check(nodes);
     if (bytes == 0) return true;
+    if (!detail::fits(bytes, nodes, "weighted interleave", fb, topo)) return false;
+    forbid_huge_pages(p, bytes); // runs of single pages: no 2 MiB page may swallow a run
     std::size_t period = 0;
     for (auto w : weights) period += w;
     const std::size_t page = numaplace::detail::page_size();

@@ -184,10 +184,9 @@ public:
     /// nullptr on a single-node machine (blocks run in the caller's arena).
     tbb::task_arena* arena_for(int node) const {
         if (report_.pinning == pinning::single_node) return nullptr;
-        return arenas_[static_cast<std::size_t>(runner_[static_cast<std::size_t>(topology::get().at(node).id)])].get();
+        topology::get().check(node);
+        return arenas_[static_cast<std::size_t>(runner_[static_cast<std::size_t>(node)])].get();
     }
-    /// \returns the node with CPUs whose arena runs blocks of `node`.
-    int runner_of(int node) const { return runner_[static_cast<std::size_t>(topology::get().at(node).id)]; }
 
 private:
     node_arenas() {
@@ -475,7 +474,7 @@ template <class T>
 void first_touch(T* data, const partition& part) {
     const std::size_t s = sizeof(T);
     if (part.size() == 0) return;
-    if (part.needs_no_huge_pages()) memory::forbid_huge_pages(data, part.size() * s);
+    memory::keep_huge_pages_off_edges(data, part.size() * s, part);
     parallel_for(part, [data, s](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * s); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }

@@ -62,8 +62,7 @@ public:
     /// \throws unknown_node for a node not in `topo`; invalid_placement for an empty set, a weight count
     /// that does not match, all-zero weights, or element_size 0.
     partition(std::size_t n, std::size_t element_size, const node_set& nodes, std::vector<std::size_t> weights,
-              edge_alignment align = edge_alignment::automatic, const topology& topo = topology::get())
-        : data_(std::make_shared<data>()) {
+              edge_alignment align = edge_alignment::automatic, const topology& topo = topology::get()) {
         topo.check(nodes);
         if (weights.empty()) weights = core_weights(topo, nodes);
         if (weights.size() != nodes.size())

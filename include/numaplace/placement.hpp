@@ -12,6 +12,7 @@
 #include "partition.hpp"
 #include "topology.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <numeric>
 #include <vector>
@@ -62,6 +63,7 @@ public:
         topology::get().check(nodes_);
     }
     const node_set& nodes() const noexcept { return nodes_; }
+    fallback on_refusal() const noexcept { return fallback_; }
     int home_node() const noexcept { return nodes_[0]; }
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     bool apply(void* p, std::size_t bytes) const {
@@ -108,6 +110,7 @@ public:
     const node_set& nodes() const noexcept { return nodes_; }
     /// \returns the reduced weights, empty when uniform.
     const std::vector<std::size_t>& weights() const noexcept { return weights_; }
+    fallback on_refusal() const noexcept { return fallback_; }
     int home_node() const noexcept { return nodes_[0]; }
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     bool apply(void* p, std::size_t bytes) const {
@@ -116,15 +119,6 @@ public:
             memory::forbid_huge_pages(p, bytes);
             return memory::bind(p, bytes, memory::policy_mode::interleave, nodes_, fallback_);
         }
-        std::uint64_t capacity = 0;
-        for (int id : nodes_) capacity += topology::get().at(id).memory;
-        if (capacity != 0 && bytes > capacity) {
-            if (fallback_ == fallback::strict)
-                detail::throw_placement(-1, bytes, ENOMEM, "weighted interleave: more than the nodes' memory");
-            detail::degradation_log::instance().record("weighted interleave: request exceeds node memory, left to first touch");
-            return false;
-        }
-        memory::forbid_huge_pages(p, bytes);
         return memory::weighted_fill(p, bytes, nodes_, weights_, fallback_);
     }
     friend bool operator==(const interleaved& a, const interleaved& b) noexcept {
@@ -165,19 +159,17 @@ public:
     /// the range is kept off huge pages so a degraded (first-touch) placement still splits correctly.
     bool apply(void* p, std::size_t bytes) const {
         const numaplace::partition part = partition_for(bytes);
-        if (part.needs_no_huge_pages()) memory::forbid_huge_pages(p, bytes);
+        memory::keep_huge_pages_off_edges(p, bytes, part);
         const std::size_t s = part.element_size();
-        const std::size_t mapped = memory::page_round(bytes);
+        const auto& blocks = part.blocks();
+        std::size_t last = blocks.size(); // the last non-empty block also takes the mapping's tail page
+        for (std::size_t k = 0; k < blocks.size(); ++k)
+            if (!blocks[k].empty()) last = k;
         bool all = true;
         auto* base = static_cast<char*>(p);
-        const auto& blocks = part.blocks();
         for (std::size_t k = 0; k < blocks.size(); ++k) {
             if (blocks[k].empty()) continue;
-            std::size_t from = blocks[k].begin * s;
-            // the last non-empty block also takes the tail of the mapping
-            bool last = true;
-            for (std::size_t j = k + 1; j < blocks.size(); ++j) last = last && blocks[j].empty();
-            std::size_t to = last ? mapped : blocks[k].end * s;
+            const std::size_t from = blocks[k].begin * s, to = k == last ? memory::page_round(bytes) : blocks[k].end * s;
             all = memory::bind(base + from, to - from, memory::policy_mode::bind, node_set{blocks[k].node}, fallback_) && all;
         }
         return all;
@@ -194,11 +186,11 @@ private:
 
 namespace memory {
 /// \effects maps `bytes` and applies `placement` to them; nothing is touched.
-/// \returns the start, aligned as the placement needs. \throws what `map` and `apply` throw, having
-/// unmapped everything (loses nothing).
+/// \returns the start, aligned as the placement needs and to at least `alignment`. \throws what `map`
+/// and `apply` throw, having unmapped everything (loses nothing).
 template <class Placement>
-void* allocate(std::size_t bytes, const Placement& placement) {
-    void* p = map(bytes, placement.alignment(bytes));
+void* allocate(std::size_t bytes, const Placement& placement, std::size_t alignment = 0) {
+    void* p = map(bytes, std::max(alignment, placement.alignment(bytes)));
     try {
         placement.apply(p, bytes);
     } catch (...) {

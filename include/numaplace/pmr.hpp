@@ -28,15 +28,7 @@ public:
 
 private:
     void* do_allocate(std::size_t bytes, std::size_t alignment) override {
-        const std::size_t align = std::max(alignment, placement_.alignment(bytes));
-        void* p = memory::map(bytes, align);
-        try {
-            placement_.apply(p, bytes);
-        } catch (...) {
-            memory::unmap(p, bytes);
-            throw;
-        }
-        return p;
+        return memory::allocate(bytes, placement_, alignment);
     }
     void do_deallocate(void* p, std::size_t bytes, std::size_t) override { memory::unmap(p, bytes); }
     bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
@@ -51,42 +43,32 @@ private:
 /// degrading: if the kernel refuses it, memory comes from anywhere and `degradations()` says so.
 class node_pool_resource : public std::pmr::memory_resource {
 public:
-    explicit node_pool_resource(int node) : node_(node) { topology::get().check(node); }
-    int node() const noexcept { return node_; }
+    explicit node_pool_resource(int node) : pages_(node, node_policy::bind, fallback::degrade) {}
+    int node() const noexcept { return pages_.node(); }
 
 private:
     static bool small(std::size_t bytes, std::size_t alignment) noexcept {
         return detail::small_request_size(bytes, alignment) <= detail::small_limit;
     }
     void* do_allocate(std::size_t bytes, std::size_t alignment) override {
-        if (small(bytes, alignment)) return detail::small_allocate(node_, bytes, alignment);
-        void* p = memory::map(bytes, alignment);
-        memory::bind(p, bytes, memory::policy_mode::bind, node_set{node_}, fallback::degrade);
-        return p;
+        if (small(bytes, alignment)) return detail::small_allocate(node(), bytes, alignment);
+        return memory::allocate(bytes, pages_, alignment);
     }
     void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
-        if (small(bytes, alignment)) detail::small_deallocate(node_, p, bytes, alignment);
+        if (small(bytes, alignment)) detail::small_deallocate(node(), p, bytes, alignment);
         else memory::unmap(p, bytes);
     }
     bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
         auto* o = dynamic_cast<const node_pool_resource*>(&other);
-        return o && o->node_ == node_;
+        return o && o->node() == node();
     }
-    int node_;
+    on_node pages_; // blocks of 4 KiB or more: their own mapping, bound (degrading) to the node
 };
 
 /// \returns the pooled small-object resource of `node` (thread-safe, never destroyed). Use it for
 /// `std::pmr` containers: `std::pmr::map<int, int> m(&numaplace::node_pool(1));`
 /// \throws unknown_node.
-inline node_pool_resource& node_pool(int node) {
-    static std::vector<node_pool_resource*>* pools = [] {
-        auto* v = new std::vector<node_pool_resource*>; // never destroyed
-        for (std::size_t i = 0; i < topology::get().size(); ++i) v->push_back(new node_pool_resource(static_cast<int>(i)));
-        return v;
-    }();
-    topology::get().check(node);
-    return *(*pools)[static_cast<std::size_t>(node)];
-}
+inline node_pool_resource& node_pool(int node) { return detail::per_node<node_pool_resource>(node); }
 
 } // namespace numaplace
 

@@ -172,11 +172,7 @@ public:
         return distances_[static_cast<std::size_t>(a) * nodes_.size() + static_cast<std::size_t>(b)];
     }
     /// \returns the node id of an OS node number, or -1 if this process may not use that node.
-    int from_os_index(unsigned os) const noexcept {
-        for (const auto& n : nodes_)
-            if (n.os_index == os) return n.id;
-        return -1;
-    }
+    int from_os_index(unsigned os) const noexcept { return os < os_to_id_.size() ? os_to_id_[os] : -1; }
     /// \returns the node whose CPUs include `cpu` (an OS index), or -1.
     int node_of_cpu(unsigned cpu) const noexcept {
         return cpu < cpu_to_node_.size() ? cpu_to_node_[cpu] : -1;
@@ -241,6 +237,8 @@ private:
                     hwloc_get_nbobjs_inside_cpuset_by_type(tp, obj->cpuset, HWLOC_OBJ_CORE));
                 if (n.cores == 0) n.cores = n.cpus.size();
             }
+            if (os_to_id_.size() <= n.os_index) os_to_id_.resize(n.os_index + 1, -1);
+            os_to_id_[n.os_index] = n.id;
             for (unsigned cpu : n.cpus) {
                 if (cpu_to_node_.size() <= cpu) cpu_to_node_.resize(cpu + 1, -1);
                 cpu_to_node_[cpu] = n.id;
@@ -332,6 +330,7 @@ private:
     std::vector<node> nodes_;
     std::vector<unsigned> distances_;
     std::vector<int> cpu_to_node_;
+    std::vector<int> os_to_id_;
     numaplace::capabilities caps_;
 };
 

@@ -16,6 +16,7 @@
 #include "partition.hpp"
 #include "topology.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -44,8 +45,8 @@ struct page_histogram {
     }
 };
 
-/// Pages of a range compared with a partition: a page is local when it is on the node of the block
-/// that owns the page's first byte.
+/// Pages of a range compared with where they should be (a partition's blocks, or any element-to-node
+/// map): a page is local when it is on the node expected for the element that owns it.
 struct partition_locality {
     page_histogram histogram;
     std::size_t local = 0;    ///< touched pages on their block's node
@@ -78,48 +79,63 @@ void for_each_page_node(const void* p, std::size_t bytes, F&& f) {
 }
 } // namespace detail
 
+namespace detail {
+// Counts one page's status into `h`; \returns its node id, or -1 (untouched, or a node not ours).
+inline int count_page(page_histogram& h, int status, const topology& topo) noexcept {
+    ++h.pages;
+    if (status < 0) { // -ENOENT: no page; -EFAULT: not mapped; both mean "no physical page here"
+        ++h.untouched;
+        return -1;
+    }
+    const int id = topo.from_os_index(static_cast<unsigned>(status));
+    if (id < 0) ++h.elsewhere;
+    else ++h.per_node[static_cast<std::size_t>(id)];
+    return id;
+}
+inline page_histogram empty_histogram(const topology& topo) {
+    page_histogram h;
+    h.page_size = page_size();
+    h.per_node.assign(topo.size(), 0);
+    return h;
+}
+} // namespace detail
+
 /// \returns the page histogram of [p, p+bytes) (every page the range overlaps).
 /// \throws std::system_error when the kernel refuses the query (`capabilities().page_query`).
 inline page_histogram where(const void* p, std::size_t bytes, const topology& topo = topology::get()) {
-    page_histogram h;
-    h.page_size = detail::page_size();
-    h.per_node.assign(topo.size(), 0);
-    detail::for_each_page_node(p, bytes, [&](std::size_t, int status) {
-        ++h.pages;
-        if (status < 0) {
-            ++h.untouched; // -ENOENT: no page; -EFAULT: not mapped; both mean "no physical page here"
-            return;
-        }
-        int id = topo.from_os_index(static_cast<unsigned>(status));
-        if (id < 0) ++h.elsewhere;
-        else ++h.per_node[static_cast<std::size_t>(id)];
-    });
+    page_histogram h = detail::empty_histogram(topo);
+    detail::for_each_page_node(p, bytes, [&](std::size_t, int status) { detail::count_page(h, status, topo); });
     return h;
+}
+
+/// \returns the histogram of the `count` elements at `data` and how many touched pages are on the node
+/// `expected_node(i)` names for the element `i` that owns the page (the one at the page's start, or 0
+/// for the first page). The partition overload below passes the node of the element's block; a
+/// benchmark can pass the node of the thread that computes it.
+template <class T, class ExpectedNode>
+partition_locality locality(const T* data, std::size_t count, ExpectedNode&& expected_node,
+                            const topology& topo = topology::get()) {
+    partition_locality r;
+    r.histogram = detail::empty_histogram(topo);
+    if (count == 0) return r;
+    const std::size_t page = detail::page_size();
+    const auto base = reinterpret_cast<std::uintptr_t>(data);
+    const std::uintptr_t first_page = base / page * page;
+    detail::for_each_page_node(data, count * sizeof(T), [&](std::size_t i, int status) {
+        const int id = detail::count_page(r.histogram, status, topo);
+        if (status < 0) return;
+        const std::uintptr_t addr = first_page + i * page;
+        const std::size_t index = std::min(addr <= base ? 0 : (addr - base) / sizeof(T), count - 1);
+        (id >= 0 && id == expected_node(index) ? r.local : r.remote) += 1;
+    });
+    return r;
 }
 
 /// \returns the histogram of the `part.size()` elements at `data` and how many touched pages are on
 /// the node of the block that owns them.
 template <class T>
 partition_locality where(const T* data, const partition& part, const topology& topo = topology::get()) {
-    partition_locality r;
-    r.histogram.page_size = detail::page_size();
-    r.histogram.per_node.assign(topo.size(), 0);
-    const std::size_t bytes = part.size() * sizeof(T);
-    const std::size_t page = detail::page_size();
-    const auto base = reinterpret_cast<std::uintptr_t>(data);
-    const std::uintptr_t first_page = base / page * page;
-    detail::for_each_page_node(data, bytes, [&](std::size_t i, int status) {
-        ++r.histogram.pages;
-        if (status < 0) { ++r.histogram.untouched; return; }
-        int id = topo.from_os_index(static_cast<unsigned>(status));
-        if (id < 0) ++r.histogram.elsewhere;
-        else ++r.histogram.per_node[static_cast<std::size_t>(id)];
-        std::uintptr_t addr = first_page + i * page;
-        std::size_t index = addr <= base ? 0 : (addr - base) / sizeof(T);
-        if (index >= part.size()) index = part.size() - 1;
-        (id >= 0 && id == part.block_of(index).node ? r.local : r.remote) += 1;
-    });
-    return r;
+    return locality(data, part.size(), [&part](std::size_t i) { return part.block_of(i).node; }, topo);
 }
 
 /// \returns the histogram of a contiguous container's elements (`c.data()`, `c.size()`).

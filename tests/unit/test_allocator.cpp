@@ -170,21 +170,29 @@ TEST(allocator, every_node_pool_serves_its_own_node) {
     }
 }
 
-TEST(allocator, preferred_many_lands_on_one_of_its_nodes) {
-    const auto& caps = topology::get().capabilities();
-    preferred_many pm(topology::get().all(), fallback::degrade);
-    allocator<char, preferred_many> a(pm);
-    const std::size_t bytes = 4 * mib;
-    char* p = a.allocate(bytes);
-    std::memset(p, 1, bytes);
-    auto h = where(p, bytes);
-    std::size_t on_set = 0;
-    for (int id : pm.nodes()) on_set += h.on(id);
-    EXPECT_EQ(on_set, h.pages);
-    a.deallocate(p, bytes);
-    if (!caps.preferred_many) {
-        EXPECT_THROW((void)(allocator<char, preferred_many>(preferred_many(topology::get().all())).allocate(bytes)),
-                     placement_error);
+TEST(allocator, preferred_many_puts_pages_on_its_nodes_while_they_have_memory) {
+    // Prefer only the last node (and, with several nodes, the last two): every page must land there,
+    // not on node 0 where this thread may run. Strict where the kernel has MPOL_PREFERRED_MANY.
+    const auto& topo = topology::get();
+    const int last = static_cast<int>(topo.size()) - 1;
+    std::vector<node_set> sets{node_set{last}};
+    if (topo.size() > 2) sets.push_back(node_set{last - 1, last});
+    for (const auto& set : sets) {
+        if (!topo.capabilities().preferred_many) {
+            allocator<char, preferred_many> strict{preferred_many(set)};
+            EXPECT_THROW((void)strict.allocate(4 * mib), placement_error);
+            continue;
+        }
+        allocator<char, preferred_many> a{preferred_many(set)};
+        const std::size_t bytes = 4 * mib;
+        char* p = a.allocate(bytes);
+        std::memset(p, 1, bytes);
+        auto h = where(p, bytes);
+        std::size_t on_set = 0;
+        for (int id : set) on_set += h.on(id);
+        EXPECT_EQ(on_set, h.pages);
+        EXPECT_EQ(h.untouched, 0u);
+        a.deallocate(p, bytes);
     }
 }
 

@@ -51,12 +51,6 @@ TEST(where, counts_exactly_the_touched_pages) {
     std::size_t sum = h.elsewhere;
     for (auto k : h.per_node) sum += k;
     EXPECT_EQ(sum, 334u);
-    EXPECT_EQ(h.on(topology::get().current_node()) + h.elsewhere, sum - [&] {
-        std::size_t other = 0;
-        for (const auto& n : topology::get().nodes())
-            if (n.id != topology::get().current_node()) other += h.on(n.id);
-        return other;
-    }());
     memory::unmap(p, pages * page);
 }
 
@@ -94,6 +88,30 @@ TEST(where, locality_against_a_partition_is_exact_per_page) {
     EXPECT_EQ(loc.local, b0.size() * sizeof(int) / page);
     EXPECT_EQ(loc.local + loc.remote, loc.histogram.pages);
     EXPECT_DOUBLE_EQ(loc.fraction(), static_cast<double>(b0.size()) / static_cast<double>(n));
+}
+
+TEST(where, locality_against_any_element_to_node_map) {
+    // Expect every element on node 0, then on a node that does not exist: all local, then all remote.
+    const std::size_t n = (4u << 20) / sizeof(double);
+    std::vector<double, node_allocator<double>> v(n, 1.0, node_allocator<double>(0));
+    auto on0 = locality(v.data(), n, [](std::size_t) { return 0; });
+    EXPECT_EQ(on0.local, on0.histogram.pages);
+    EXPECT_EQ(on0.remote, 0u);
+    auto nowhere = locality(v.data(), n, [](std::size_t) { return -1; });
+    EXPECT_EQ(nowhere.local, 0u);
+    EXPECT_EQ(nowhere.remote, nowhere.histogram.pages);
+    // the element index handed to the map is the one that owns each page
+    std::size_t calls = 0, last = 0;
+    bool increasing = true;
+    (void)locality(v.data(), n, [&](std::size_t i) {
+        increasing = increasing && (calls == 0 || i > last);
+        last = i;
+        ++calls;
+        return 0;
+    });
+    EXPECT_TRUE(increasing);
+    EXPECT_EQ(calls, on0.histogram.pages);
+    EXPECT_EQ(last, (on0.histogram.pages - 1) * detail::page_size() / sizeof(double));
 }
 
 TEST(where, query_refused_throws_system_error_with_errno) {

@@ -42,6 +42,20 @@ constexpr std::size_t small_request_size(std::size_t bytes, std::size_t alignmen
     return (bytes == 0 ? a : (bytes + a - 1) / a * a);
 }
 
+/// \returns the process's one `T(node)` for `node`, created for every node on first use and never
+/// destroyed (containers with static storage may release memory into it during static destruction).
+/// \throws unknown_node.
+template <class T>
+T& per_node(int node) {
+    static std::vector<T*>* all = [] {
+        auto* v = new std::vector<T*>;
+        for (std::size_t i = 0; i < topology::get().size(); ++i) v->push_back(new T(static_cast<int>(i)));
+        return v;
+    }();
+    topology::get().check(node);
+    return *(*all)[static_cast<std::size_t>(node)];
+}
+
 struct free_block {
     free_block* next;
 };
@@ -97,14 +111,7 @@ public:
         lists_[c].push_back(l);
     }
 
-    static node_heap& of(int node) {
-        static std::vector<node_heap*>* heaps = [] {
-            auto* v = new std::vector<node_heap*>; // never destroyed: usable during static destruction
-            for (std::size_t i = 0; i < topology::get().size(); ++i) v->push_back(new node_heap(static_cast<int>(i)));
-            return v;
-        }();
-        return *(*heaps)[static_cast<std::size_t>(node)];
-    }
+    static node_heap& of(int node) { return per_node<node_heap>(node); }
 
 private:
     static constexpr std::size_t chunk_bytes = 256 * 1024;
