@@ -474,7 +474,7 @@ template <class T>
 void first_touch(T* data, const partition& part) {
     const std::size_t s = sizeof(T);
     if (part.size() == 0) return;
-    memory::keep_huge_pages_off_edges(data, part.size() * s, part);
+    if (part.needs_no_huge_pages()) memory::forbid_huge_pages(data, part.size() * s);
     parallel_for(part, [data, s](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * s); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }
