@@ -8,12 +8,13 @@
 // - A class's blocks live in spans: mappings of a power-of-two size aligned to that size (64 KiB for
 //   blocks up to 4 KiB, else the power of two >= 8 blocks), so `block & ~(span_bytes - 1)` is the
 //   span's header. Freed blocks go on an intrusive list in their span; a span whose last block comes
-//   back is returned to the kernel (munmap), except a bounded hot cache of 2 MiB per heap.
+//   back is kept for reuse while the empty spans are at most a quarter of those in use (or 2 MiB),
+//   and returned to the kernel (munmap) beyond that: all freed, a heap keeps at most 2 MiB.
 // - Heaps per node and source: bind-strict, bind-degrading, prefer-strict, prefer-degrading. A span
 //   of a strict heap is used only when its policy (MPOL_BIND / MPOL_PREFERRED to the node) was set;
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
 //   the node's free memory first (memory::admit), so a full node throws instead of OOM-killing.
-// - Per-thread caches per heap and class, bounded (at most 64 KiB or one block per class, 2 MiB per
+// - Per-thread caches per heap and class, bounded (at most 256 KiB or two blocks per class, 4 MiB per
 //   thread in all); refills and flushes move batches under the heap's mutex.
 // - Freeing never allocates (intrusive lists only), so it cannot fail when the address space is
 //   exhausted. pthread_atfork handlers take every heap lock around fork(), so a child can allocate.
@@ -100,8 +101,8 @@ constexpr heap_class_info heap_info_of(std::size_t c) noexcept {
     const std::size_t header = (sizeof(heap_span) + 63) / 64 * 64;
     i.first = (header + low - 1) / low * low;
     i.capacity = (span - i.first) / i.size;
-    std::size_t cap = (std::size_t(64) << 10) / i.size;
-    i.cache_max = cap < 1 ? 1 : cap > 256 ? 256 : cap;
+    std::size_t cap = (std::size_t(256) << 10) / i.size;
+    i.cache_max = cap < 2 ? 2 : cap > 256 ? 256 : cap;
     i.batch = i.cache_max / 2 < 1 ? 1 : i.cache_max / 2;
     return i;
 }
@@ -183,7 +184,7 @@ public:
     std::mutex& mutex() noexcept { return mutex_; }
 
 private:
-    static constexpr std::size_t cache_budget = std::size_t(2) << 20;
+    static constexpr std::size_t cache_floor = std::size_t(2) << 20;
 
     void link(std::size_t c, heap_span* s) noexcept {
         s->prev = nullptr;
@@ -202,26 +203,38 @@ private:
     bool strict() const noexcept { return source_ % 2 == 0; }
     bool prefer() const noexcept { return source_ >= 2; }
 
+    // Empty spans are kept for reuse (their touched pages stay resident: no page faults, no mmap)
+    // while they are at most a quarter of the spans in use, or 2 MiB; beyond that they are unmapped.
+    // So a busy heap recycles its spans, and a heap whose blocks are all freed keeps at most 2 MiB.
+    static std::size_t bucket(std::size_t bytes) noexcept {
+        return static_cast<std::size_t>(__builtin_ctzll(bytes)) - 16; // 64 KiB .. 8 MiB: 0 .. 7
+    }
+    std::size_t cache_limit() const noexcept { return in_use_ / 4 > cache_floor ? in_use_ / 4 : cache_floor; }
     void release(heap_span* s) noexcept {
-        if (s->bytes <= cache_budget - cached_bytes_) {
-            s->next = cached_;
-            cached_ = s;
-            cached_bytes_ += s->bytes;
-            return;
-        }
-        memory::unmap(s, s->bytes);
+        in_use_ -= s->bytes;
+        const std::size_t b = bucket(s->bytes);
+        s->next = cached_[b];
+        cached_[b] = s;
+        cached_bytes_ += s->bytes;
+        trim_cache();
+    }
+    void trim_cache() noexcept {
+        for (std::size_t b = span_buckets; b-- > 0 && cached_bytes_ > cache_limit();)
+            while (cached_[b] && cached_bytes_ > cache_limit()) {
+                heap_span* s = cached_[b];
+                cached_[b] = s->next;
+                cached_bytes_ -= s->bytes;
+                memory::unmap(s, s->bytes);
+            }
     }
 
     heap_span* new_span(std::size_t c) {
         const heap_class_info& info = heap_table.info[c];
-        heap_span* s = nullptr;
-        for (heap_span** at = &cached_; *at; at = &(*at)->next)
-            if ((*at)->bytes == info.span_bytes) {
-                s = *at;
-                *at = s->next;
-                cached_bytes_ -= s->bytes;
-                break;
-            }
+        heap_span* s = cached_[bucket(info.span_bytes)];
+        if (s) {
+            cached_[bucket(info.span_bytes)] = s->next;
+            cached_bytes_ -= s->bytes;
+        }
         bool bound = s ? s->bound : false;
         if (!s) {
             void* p = nullptr;
@@ -253,6 +266,7 @@ private:
         s->cls = static_cast<std::uint16_t>(c);
         s->listed = false;
         s->bound = bound;
+        in_use_ += s->bytes;
         return s;
     }
 
@@ -260,8 +274,10 @@ private:
     std::size_t source_;
     std::mutex mutex_;
     heap_span* partial_[heap_class_count] = {};
-    heap_span* cached_ = nullptr;
+    static constexpr std::size_t span_buckets = 8;
+    heap_span* cached_[span_buckets] = {};
     std::size_t cached_bytes_ = 0;
+    std::size_t in_use_ = 0; // bytes of spans with blocks out
 };
 
 /// Every node's heaps, made once per process (never destroyed: containers with static storage may
@@ -337,7 +353,7 @@ public:
         ++l.count;
         bytes_ += heap_table.info[c].size;
         if (__builtin_expect(l.count > heap_table.info[c].cache_max, 0)) trim(heap, c, heap_table.info[c].batch);
-        if (__builtin_expect(bytes_ > budget, 0)) flush_all();
+        if (__builtin_expect(bytes_ > budget, 0)) shrink(heap);
         return true;
     }
 
@@ -368,7 +384,12 @@ public:
     }
 
 private:
-    static constexpr std::size_t budget = std::size_t(2) << 20;
+    static constexpr std::size_t budget = std::size_t(4) << 20;
+    // Over budget: gives back this heap's largest classes first until half the budget is left.
+    void shrink(std::size_t heap) noexcept {
+        for (std::size_t c = heap_class_count; c-- > 0 && bytes_ > budget / 2;) trim(heap, c, 0);
+        if (bytes_ > budget / 2) flush_all();
+    }
     struct list {
         heap_block* head;
         std::size_t count;
