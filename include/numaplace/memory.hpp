@@ -61,7 +61,9 @@ inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcep
     if (alignment > page && length > SIZE_MAX - alignment) return ENOMEM;
     const std::size_t over = alignment > page ? length + alignment : length;
     void* raw = ::mmap(nullptr, over, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) return errno == 0 ? ENOMEM : errno;
+    // Our flags and protection are valid, so EINVAL can only mean a length the kernel (or valgrind)
+    // cannot map at all: out of memory, as for any other impossible size.
+    if (raw == MAP_FAILED) return errno == 0 || errno == EINVAL ? ENOMEM : errno;
     if (over != length) { // trim so that exactly [aligned, aligned + length) stays mapped
         const auto start = reinterpret_cast<std::uintptr_t>(raw);
         const auto aligned = (start + alignment - 1) & ~(std::uintptr_t(alignment) - 1);

@@ -8,14 +8,14 @@
 // - A class's blocks live in spans: mappings of a power-of-two size aligned to that size (64 KiB for
 //   blocks up to 4 KiB, else the power of two >= 8 blocks), so `block & ~(span_bytes - 1)` is the
 //   span's header. Freed blocks go on an intrusive list in their span; a span whose last block comes
-//   back is kept for reuse while the empty spans are at most a quarter of those in use (or 2 MiB),
-//   and returned to the kernel (munmap) beyond that: all freed, a heap keeps at most 2 MiB.
+//   back is kept for reuse (2 MiB resident, more with its pages released by MADV_DONTNEED while they
+//   are at most a quarter of the spans in use) and unmapped beyond: all freed, a heap keeps 2 MiB.
 // - Heaps per node and source: bind-strict, bind-degrading, prefer-strict, prefer-degrading. A span
 //   of a strict heap is used only when its policy (MPOL_BIND / MPOL_PREFERRED to the node) was set;
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
 //   the node's free memory first (memory::admit), so a full node throws instead of OOM-killing.
 // - Per-thread caches per heap and class, bounded (at most 256 KiB or two blocks per class, 4 MiB per
-//   thread in all); refills and flushes move batches under the heap's mutex.
+//   thread in all); refills and flushes move batches under the mutex of the heap's class.
 // - Freeing never allocates (intrusive lists only), so it cannot fail when the address space is
 //   exhausted. pthread_atfork handlers take every heap lock around fork(), so a child can allocate.
 
@@ -34,6 +34,7 @@
 #include <type_traits>
 
 #include <pthread.h>
+#include <sys/mman.h>
 
 namespace numaplace {
 namespace detail {
@@ -131,7 +132,7 @@ public:
     /// be made (no memory on the node; a strict heap whose binding the kernel refuses).
     std::size_t take(std::size_t c, std::size_t want, heap_block*& head) {
         const heap_class_info& info = heap_table.info[c];
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<std::mutex> lock(class_mutex_[c]);
         std::size_t n = 0;
         heap_block* list = nullptr;
         while (n < want) {
@@ -166,7 +167,7 @@ public:
     /// \effects takes back a null-terminated list of class `c`; spans left empty go back to the kernel
     /// (or to the bounded cache). Never allocates.
     void give(std::size_t c, heap_block* list) noexcept {
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::lock_guard<std::mutex> lock(class_mutex_[c]);
         while (list) {
             heap_block* b = list;
             list = list->next;
@@ -181,7 +182,16 @@ public:
         }
     }
 
-    std::mutex& mutex() noexcept { return mutex_; }
+    /// \effects takes (`true`) or releases every lock of this heap, classes first (fork handlers).
+    void lock_all(bool take) noexcept {
+        if (take) {
+            for (auto& m : class_mutex_) m.lock();
+            span_mutex_.lock();
+        } else {
+            span_mutex_.unlock();
+            for (std::size_t c = heap_class_count; c-- > 0;) class_mutex_[c].unlock();
+        }
+    }
 
 private:
     static constexpr std::size_t cache_floor = std::size_t(2) << 20;
@@ -203,38 +213,56 @@ private:
     bool strict() const noexcept { return source_ % 2 == 0; }
     bool prefer() const noexcept { return source_ >= 2; }
 
-    // Empty spans are kept for reuse (their touched pages stay resident: no page faults, no mmap)
-    // while they are at most a quarter of the spans in use, or 2 MiB; beyond that they are unmapped.
-    // So a busy heap recycles its spans, and a heap whose blocks are all freed keeps at most 2 MiB.
+    // Empty spans are kept for reuse, bound as they were (no mmap, no mbind): up to 2 MiB of them
+    // "hot" (pages still resident: no page faults either), the rest "cold" (pages given back with
+    // MADV_DONTNEED, header page kept) while the cold ones are at most a quarter of the spans in use;
+    // beyond that they are unmapped. All freed, a heap keeps at most 2 MiB resident.
     static std::size_t bucket(std::size_t bytes) noexcept {
         return static_cast<std::size_t>(__builtin_ctzll(bytes)) - 16; // 64 KiB .. 8 MiB: 0 .. 7
     }
-    std::size_t cache_limit() const noexcept { return in_use_ / 4 > cache_floor ? in_use_ / 4 : cache_floor; }
+    std::size_t cold_limit() const noexcept { return in_use_ / 4 > cache_floor ? in_use_ / 4 : cache_floor; }
     void release(heap_span* s) noexcept {
+        std::lock_guard<std::mutex> lock(span_mutex_);
         in_use_ -= s->bytes;
         const std::size_t b = bucket(s->bytes);
-        s->next = cached_[b];
-        cached_[b] = s;
-        cached_bytes_ += s->bytes;
-        trim_cache();
-    }
-    void trim_cache() noexcept {
-        for (std::size_t b = span_buckets; b-- > 0 && cached_bytes_ > cache_limit();)
-            while (cached_[b] && cached_bytes_ > cache_limit()) {
-                heap_span* s = cached_[b];
-                cached_[b] = s->next;
-                cached_bytes_ -= s->bytes;
-                memory::unmap(s, s->bytes);
+        if (hot_bytes_ + s->bytes <= cache_floor) {
+            s->next = hot_[b];
+            hot_[b] = s;
+            hot_bytes_ += s->bytes;
+            return;
+        }
+        const std::size_t page = page_size();
+        ::madvise(reinterpret_cast<char*>(s) + page, s->bytes - page, MADV_DONTNEED);
+        s->next = cold_[b];
+        cold_[b] = s;
+        cold_bytes_ += s->bytes;
+        for (std::size_t k = span_buckets; k-- > 0 && cold_bytes_ > cold_limit();)
+            while (cold_[k] && cold_bytes_ > cold_limit()) {
+                heap_span* victim = cold_[k];
+                cold_[k] = victim->next;
+                cold_bytes_ -= victim->bytes;
+                memory::unmap(victim, victim->bytes);
             }
+    }
+    heap_span* reuse(std::size_t bytes) noexcept {
+        const std::size_t b = bucket(bytes);
+        if (heap_span* s = hot_[b]) {
+            hot_[b] = s->next;
+            hot_bytes_ -= s->bytes;
+            return s;
+        }
+        if (heap_span* s = cold_[b]) {
+            cold_[b] = s->next;
+            cold_bytes_ -= s->bytes;
+            return s;
+        }
+        return nullptr;
     }
 
     heap_span* new_span(std::size_t c) {
         const heap_class_info& info = heap_table.info[c];
-        heap_span* s = cached_[bucket(info.span_bytes)];
-        if (s) {
-            cached_[bucket(info.span_bytes)] = s->next;
-            cached_bytes_ -= s->bytes;
-        }
+        std::lock_guard<std::mutex> lock(span_mutex_);
+        heap_span* s = reuse(info.span_bytes);
         bool bound = s ? s->bound : false;
         if (!s) {
             void* p = nullptr;
@@ -272,11 +300,13 @@ private:
 
     int node_;
     std::size_t source_;
-    std::mutex mutex_;
+    std::mutex class_mutex_[heap_class_count]; // guards partial_[c] and the spans of class c
+    std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)
     heap_span* partial_[heap_class_count] = {};
     static constexpr std::size_t span_buckets = 8;
-    heap_span* cached_[span_buckets] = {};
-    std::size_t cached_bytes_ = 0;
+    heap_span* hot_[span_buckets] = {};
+    heap_span* cold_[span_buckets] = {};
+    std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
     std::size_t in_use_ = 0; // bytes of spans with blocks out
 };
 
@@ -299,11 +329,12 @@ private:
         degradation_log::instance();
         ::pthread_atfork(&prepare, &resume, &resume);
     }
-    // Lock order: heaps (in index order), then the capacity accounting, then the degradation log
-    // (a heap records a degradation and admits spans while holding its lock).
+    // Lock order: heaps (in index order; in each, its classes, then its span lock), then the capacity
+    // accounting, then the degradation log (a heap admits spans and records a degradation while
+    // holding its locks).
     static void prepare() noexcept {
         auto& r = instance();
-        for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->mutex().lock();
+        for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->lock_all(true);
         memory::detail::capacity::instance().mutex().lock();
         degradation_log::instance().mutex.lock();
     }
@@ -311,7 +342,7 @@ private:
         auto& r = instance();
         degradation_log::instance().mutex.unlock();
         memory::detail::capacity::instance().mutex().unlock();
-        for (std::size_t i = r.count_; i-- > 0;) r.heaps_[i]->mutex().unlock();
+        for (std::size_t i = r.count_; i-- > 0;) r.heaps_[i]->lock_all(false);
     }
     std::size_t count_;
     node_heap** heaps_;
