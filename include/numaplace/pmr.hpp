@@ -16,6 +16,8 @@
 #include <mutex>
 #include <vector>
 
+#include <pthread.h>
+
 namespace numaplace {
 
 /// Hands out whole pages placed by `Placement`. Every allocation is its own mapping (0 bytes: one
@@ -83,6 +85,24 @@ T& per_node(int node) {
 /// `std::pmr` containers: `std::pmr::map<int, int> m(&numaplace::node_pool(1));`
 /// \throws unknown_node.
 inline node_pool_resource& node_pool(int node) { return detail::per_node<node_pool_resource>(node); }
+
+namespace detail {
+// Completes the node pools before a fork (see heap_registry::prepare): a child must not wait on the
+// static-initialisation guard of a thread that does not exist in it.
+struct node_pool_fork_handler {
+    node_pool_fork_handler() noexcept {
+        ::pthread_atfork(
+            [] {
+                try {
+                    (void)node_pool(0);
+                } catch (...) {
+                }
+            },
+            nullptr, nullptr);
+    }
+};
+inline const node_pool_fork_handler node_pool_fork_handler_registered{};
+} // namespace detail
 
 } // namespace numaplace
 

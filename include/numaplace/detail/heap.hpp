@@ -325,28 +325,49 @@ private:
     explicit heap_registry(std::size_t nodes) : count_(nodes * heap_sources) {
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i) heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), i % heap_sources);
-        memory::detail::capacity::instance(); // made before the handlers can lock it
+        memory::detail::capacity::instance(); // made before the fork handlers lock it
         degradation_log::instance();
-        ::pthread_atfork(&prepare, &resume, &resume);
     }
-    // Lock order: heaps (in index order; in each, its classes, then its span lock), then the capacity
-    // accounting, then the degradation log (a heap admits spans and records a degradation while
-    // holding its locks).
+
+public:
+    // Fork handlers, registered at static initialisation (heap_fork_handlers below), so that they
+    // exist before any thread can be inside the heap. `prepare` first completes (or makes) the
+    // topology and the heaps: a fork while another thread is still initialising them would leave the
+    // child waiting on that thread's static-initialisation guard forever. Lock order: heaps (in index
+    // order; in each its classes, then its span lock), then the capacity accounting, then the
+    // degradation log (a heap admits spans and records a degradation while holding its locks).
+    static bool& fork_locked() noexcept {
+        static bool locked = false;
+        return locked;
+    }
     static void prepare() noexcept {
-        auto& r = instance();
-        for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->lock_all(true);
-        memory::detail::capacity::instance().mutex().lock();
-        degradation_log::instance().mutex.lock();
+        try {
+            auto& r = instance();
+            for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->lock_all(true);
+            memory::detail::capacity::instance().mutex().lock();
+            degradation_log::instance().mutex.lock();
+            fork_locked() = true;
+        } catch (...) { // no topology: no heap to protect
+        }
     }
     static void resume() noexcept {
+        if (!fork_locked()) return;
+        fork_locked() = false;
         auto& r = instance();
         degradation_log::instance().mutex.unlock();
         memory::detail::capacity::instance().mutex().unlock();
         for (std::size_t i = r.count_; i-- > 0;) r.heaps_[i]->lock_all(false);
     }
+
+private:
     std::size_t count_;
     node_heap** heaps_;
 };
+
+struct heap_fork_handlers {
+    heap_fork_handlers() noexcept { ::pthread_atfork(&heap_registry::prepare, &heap_registry::resume, &heap_registry::resume); }
+};
+inline const heap_fork_handlers heap_fork_handlers_registered{};
 
 /// One thread's cached blocks, per heap and class (lists made on first use of a heap).
 class heap_cache {
