@@ -9,11 +9,11 @@
 /// Capacity contract (every policy, every fallback, the pooled heap included): a policy accepted by
 /// the kernel for more memory than its nodes can give OOM-kills or SIGBUSes at first touch, so a
 /// request is admitted (`admit`) only when the memory the policy may use can hold it:
-/// - `bind` (node_allocator, partitioned blocks, weighted interleave runs, `node_pool`): the bound
-///   nodes' free memory (MemFree plus half the file cache, less the zone high watermarks and a margin
-///   of 1 % of the node), less numaplace's own bound reservations that are not yet touched;
-/// - `preferred`, `preferred_many`, `interleave`, first touch: may spill to any node, so the free
-///   memory of all nodes, computed the same way.
+/// - `bind` (node_allocator, partitioned blocks, weighted interleave runs, `node_pool`) and
+///   `interleave` (its share on each of its nodes): the nodes' free memory (MemFree plus half the
+///   file cache, less the zone high watermarks and a margin of 1 % of the node, at least 4 MiB), less
+///   numaplace's own bound reservations that are not yet touched (mincore);
+/// - `preferred`, `preferred_many`: may spill to any node, so the free memory of all nodes.
 /// A request above that is refused with ENOMEM (`placement_error`) even by a degrading placement: a
 /// fallback cannot make memory that does not exist. Two bound requests of 0.6x a node's free memory
 /// cannot both pass. Sizes whose page rounding or alignment padding overflows are refused with ENOMEM
@@ -327,8 +327,8 @@ inline void forget_reservations(void* p, std::size_t length) noexcept { capacity
 /// counted against the node until that range is unmapped.
 /// \returns 0, or ENOMEM when they do not fit.
 inline int admit(std::size_t bytes, policy_mode mode, const node_set& nodes, void* reservation = nullptr) {
-    const bool bound = mode == policy_mode::bind;
-    return detail::capacity::instance().admit(bytes, bound, nodes, bound ? reservation : nullptr);
+    const bool bound = mode == policy_mode::bind || mode == policy_mode::interleave;
+    return detail::capacity::instance().admit(bytes, bound, nodes, mode == policy_mode::bind ? reservation : nullptr);
 }
 
 /// \effects sets the memory policy of the untouched page range [p, p+bytes) (p page-aligned) so its

@@ -355,12 +355,16 @@ TEST(error, strict_weighted_interleave_of_more_than_all_nodes_have_throws) {
         EXPECT_TRUE(contains(e.what(), "node any")) << e.what();
     }
     EXPECT_LT(virtual_size(), before + bytes / 2);
-    // degrading: succeeds, counted
+    // degrading: refused the same way (memory.hpp's capacity contract), nothing recorded
     numaplace::interleaved_allocator<char> degrading{numaplace::interleaved(topo.all(), weights, fallback::degrade)};
     const std::size_t count = numaplace::degradation_count();
-    char* p = degrading.allocate(bytes);
-    EXPECT_EQ(numaplace::degradation_count(), count + 1);
-    degrading.deallocate(p, bytes);
+    try {
+        (void)degrading.allocate(bytes);
+        ADD_FAILURE() << "degrading weighted interleave served more than all nodes have";
+    } catch (const numaplace::placement_error& e) {
+        EXPECT_EQ(e.error_number(), ENOMEM);
+    }
+    EXPECT_EQ(numaplace::degradation_count(), count);
 }
 
 TEST(error, strict_placement_refused_by_the_kernel_is_placement_error) {

@@ -125,13 +125,20 @@ inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
 /// The central heap of one node and source.
 class node_heap {
 public:
-    node_heap(int node, std::size_t source) : node_(node), source_(source) {}
+    node_heap(int node, std::size_t source) : node_(node), source_(source) {
+        pthread_rwlockattr_t attr;
+        ::pthread_rwlockattr_init(&attr);
+        ::pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        ::pthread_rwlock_init(&fork_gate_, &attr);
+        ::pthread_rwlockattr_destroy(&attr);
+    }
 
     /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list.
     /// \returns how many (at least one). \throws placement_error when a new span is needed and cannot
     /// be made (no memory on the node; a strict heap whose binding the kernel refuses).
     std::size_t take(std::size_t c, std::size_t want, heap_block*& head) {
         const heap_class_info& info = heap_table.info[c];
+        gate_pass pass(fork_gate_);
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
         std::size_t n = 0;
         heap_block* list = nullptr;
@@ -167,6 +174,7 @@ public:
     /// \effects takes back a null-terminated list of class `c`; spans left empty go back to the kernel
     /// (or to the bounded cache). Never allocates.
     void give(std::size_t c, heap_block* list) noexcept {
+        gate_pass pass(fork_gate_);
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
         while (list) {
             heap_block* b = list;
@@ -182,18 +190,22 @@ public:
         }
     }
 
-    /// \effects takes (`true`) or releases every lock of this heap, classes first (fork handlers).
+    /// \effects closes (`true`) or reopens the heap (fork handlers): while closed, no thread is inside
+    /// take or give, so none holds a class or span lock.
     void lock_all(bool take) noexcept {
-        if (take) {
-            for (auto& m : class_mutex_) m.lock();
-            span_mutex_.lock();
-        } else {
-            span_mutex_.unlock();
-            for (std::size_t c = heap_class_count; c-- > 0;) class_mutex_[c].unlock();
-        }
+        if (take) ::pthread_rwlock_wrlock(&fork_gate_);
+        else ::pthread_rwlock_unlock(&fork_gate_);
     }
 
 private:
+    // Every take and give holds the gate shared; fork's prepare handler holds it exclusively. One
+    // lock per heap for fork (ThreadSanitizer tracks at most 64 held locks), writer-preferring so
+    // that a fork is not starved by busy threads.
+    struct gate_pass {
+        explicit gate_pass(pthread_rwlock_t& g) noexcept : gate(g) { ::pthread_rwlock_rdlock(&gate); }
+        ~gate_pass() { ::pthread_rwlock_unlock(&gate); }
+        pthread_rwlock_t& gate;
+    };
     static constexpr std::size_t cache_floor = std::size_t(2) << 20;
 
     void link(std::size_t c, heap_span* s) noexcept {
@@ -300,6 +312,7 @@ private:
 
     int node_;
     std::size_t source_;
+    pthread_rwlock_t fork_gate_;
     std::mutex class_mutex_[heap_class_count]; // guards partial_[c] and the spans of class c
     std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)
     heap_span* partial_[heap_class_count] = {};
@@ -333,9 +346,9 @@ public:
     // Fork handlers, registered at static initialisation (heap_fork_handlers below), so that they
     // exist before any thread can be inside the heap. `prepare` first completes (or makes) the
     // topology and the heaps: a fork while another thread is still initialising them would leave the
-    // child waiting on that thread's static-initialisation guard forever. Lock order: heaps (in index
-    // order; in each its classes, then its span lock), then the capacity accounting, then the
-    // degradation log (a heap admits spans and records a degradation while holding its locks).
+    // child waiting on that thread's static-initialisation guard forever. Lock order: heaps' fork gates
+    // (in index order), then the capacity accounting, then the degradation log (a heap admits spans
+    // and records a degradation while inside its gate).
     static bool& fork_locked() noexcept {
         static bool locked = false;
         return locked;
