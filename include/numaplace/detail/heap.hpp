@@ -125,13 +125,7 @@ inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
 /// The central heap of one node and source.
 class node_heap {
 public:
-    node_heap(int node, std::size_t source) : node_(node), source_(source) {
-        pthread_rwlockattr_t attr;
-        ::pthread_rwlockattr_init(&attr);
-        ::pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
-        ::pthread_rwlock_init(&fork_gate_, &attr);
-        ::pthread_rwlockattr_destroy(&attr);
-    }
+    node_heap(int node, std::size_t source) : node_(node), source_(source) { init_gate(); }
 
     /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list.
     /// \returns how many (at least one). \throws placement_error when a new span is needed and cannot
@@ -190,14 +184,25 @@ public:
         }
     }
 
-    /// \effects closes (`true`) or reopens the heap (fork handlers): while closed, no thread is inside
-    /// take or give, so none holds a class or span lock.
-    void lock_all(bool take) noexcept {
-        if (take) ::pthread_rwlock_wrlock(&fork_gate_);
-        else ::pthread_rwlock_unlock(&fork_gate_);
+    /// \effects closes the heap before a fork: then no thread is inside take or give, so none holds a
+    /// class or span lock.
+    void close() noexcept { ::pthread_rwlock_wrlock(&fork_gate_); }
+    /// \effects reopens it after a fork: unlocks; in the child also makes the gate anew (glibc's rwlock
+    /// knows its writer by thread id, which differs in the child, so the unlock there only tells
+    /// ThreadSanitizer; the fresh gate is what glibc uses from then on).
+    void reopen(bool child) noexcept {
+        ::pthread_rwlock_unlock(&fork_gate_);
+        if (child) init_gate();
     }
 
 private:
+    void init_gate() noexcept {
+        pthread_rwlockattr_t attr;
+        ::pthread_rwlockattr_init(&attr);
+        ::pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        ::pthread_rwlock_init(&fork_gate_, &attr);
+        ::pthread_rwlockattr_destroy(&attr);
+    }
     // Every take and give holds the gate shared; fork's prepare handler holds it exclusively. One
     // lock per heap for fork (ThreadSanitizer tracks at most 64 held locks), writer-preferring so
     // that a fork is not starved by busy threads.
@@ -356,21 +361,23 @@ public:
     static void prepare() noexcept {
         try {
             auto& r = instance();
-            for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->lock_all(true);
+            for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->close();
             memory::detail::capacity::instance().mutex().lock();
             degradation_log::instance().mutex.lock();
             fork_locked() = true;
         } catch (...) { // no topology: no heap to protect
         }
     }
-    static void resume() noexcept {
+    static void resume(bool child) noexcept {
         if (!fork_locked()) return;
         fork_locked() = false;
         auto& r = instance();
         degradation_log::instance().mutex.unlock();
         memory::detail::capacity::instance().mutex().unlock();
-        for (std::size_t i = r.count_; i-- > 0;) r.heaps_[i]->lock_all(false);
+        for (std::size_t i = r.count_; i-- > 0;) r.heaps_[i]->reopen(child);
     }
+    static void resume_parent() noexcept { resume(false); }
+    static void resume_child() noexcept { resume(true); }
 
 private:
     std::size_t count_;
@@ -378,7 +385,7 @@ private:
 };
 
 struct heap_fork_handlers {
-    heap_fork_handlers() noexcept { ::pthread_atfork(&heap_registry::prepare, &heap_registry::resume, &heap_registry::resume); }
+    heap_fork_handlers() noexcept { ::pthread_atfork(&heap_registry::prepare, &heap_registry::resume_parent, &heap_registry::resume_child); }
 };
 inline const heap_fork_handlers heap_fork_handlers_registered{};
 
