@@ -11,6 +11,7 @@
 #include "partition.hpp"
 #include "placement.hpp"
 #include "pmr.hpp"
+#include "shared_segment.hpp"
 #include "topology.hpp"
 #include "where.hpp"
 
