@@ -5,6 +5,7 @@
 /// Umbrella header: every public numaplace header.
 
 #include "allocator.hpp"
+#include "balancing.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "parallel_for.hpp"
