@@ -143,7 +143,7 @@ TEST(shared_segment_processes, small_shmem_pages_follow_their_first_toucher) {
 // mappings (MADV_NOHUGEPAGE, unless every part edge is huge-page aligned) and binds each part: exact.
 TEST(shared_segment_processes, shmem_huge_page_puts_every_part_on_the_first_touchers_node) {
     REQUIRE_TWO_CPU_NODES();
-    for (const char* mode : {"advise", "always"}) {
+    for (const char* mode : {"advise", "always", "force"}) {
         shmem_thp thp(mode);
         ASSERT_TRUE(thp.ok()) << "cannot set shmem_enabled=" << mode << " (not root?)";
         for (int advice : {0, MADV_RANDOM}) {

@@ -248,8 +248,12 @@ TEST(shared_segment, bad_names_and_descriptors) {
         EXPECT_THROW(shared_segment::create(name, notes_layout()), invalid_placement) << name;
     EXPECT_THROW(shared_segment::open("a/b", notes_layout()), invalid_placement);
     EXPECT_THROW(shared_segment::open_fd(-1, notes_layout()), std::system_error);
-    // a descriptor that is not a segment of this size
-    EXPECT_THROW(shared_segment::open_fd(0, notes_layout()), std::exception);
+    // a descriptor of something else (size 0), and a closed one
+    int null_fd = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    ASSERT_GE(null_fd, 0);
+    EXPECT_THROW(shared_segment::open_fd(null_fd, notes_layout()), invalid_placement);
+    ::close(null_fd);
+    EXPECT_THROW(shared_segment::open_fd(null_fd, notes_layout()), std::system_error);
 }
 
 TEST(shared_segment, moved_from_is_empty_and_reusable) {
