@@ -180,6 +180,52 @@ TEST(shared_segment, parts_touched_by_other_processes_in_any_order) {
     }
 }
 
+TEST(shared_segment, random_layouts_against_prefix_sums) {
+    if (!binding_works()) GTEST_SKIP() << "mbind refused here";
+    const auto& topo = topology::get();
+    std::uint64_t state = 12345; // fixed seed: the same layouts on every run
+    auto next = [&state](std::uint64_t bound) {
+        state = state * 6364136223846793005ull + 1442695040888963407ull;
+        return (state >> 33) % bound;
+    };
+    for (int round = 0; round < 40; ++round) {
+        std::vector<segment_part> parts(1 + next(8));
+        std::size_t total = 0;
+        for (auto& p : parts) {
+            p.node = topo.nodes()[next(topo.size())].id;
+            p.pages = next(6); // 0..5: empty parts too
+            total += p.pages;
+        }
+        if (total == 0) {
+            EXPECT_THROW(segment_layout{parts}, invalid_placement);
+            continue;
+        }
+        segment_layout l(parts);
+        std::size_t offset = 0;
+        for (std::size_t k = 0; k < parts.size(); ++k) {
+            ASSERT_EQ(l.offset(k), offset);
+            ASSERT_EQ(l.bytes(k), parts[k].pages * page);
+            offset += parts[k].pages * page;
+        }
+        ASSERT_EQ(l.bytes(), total * page);
+        shared_segment s = shared_segment::create(l);
+        // touch last part first, one page at a time
+        for (std::size_t k = parts.size(); k-- > 0;) {
+            segment_block b = s.block(k);
+            ASSERT_EQ(b.data, s.data() + l.offset(k));
+            ASSERT_EQ(b.node, parts[k].node);
+            for (std::size_t i = 0; i < b.bytes; i += page) b.data[i] = 1;
+        }
+        expect_placed(s);
+        page_histogram whole = s.where();
+        for (int id = 0; id < static_cast<int>(topo.size()); ++id) {
+            std::size_t expect = 0;
+            for (const auto& p : parts) expect += p.node == id ? p.pages : 0;
+            EXPECT_EQ(whole.on(id), expect) << "round " << round << " node " << id;
+        }
+    }
+}
+
 TEST(shared_segment, the_policy_is_the_segments_not_the_mappings) {
     if (!binding_works()) GTEST_SKIP() << "mbind refused here";
     shared_segment s = shared_segment::create(notes_layout());
