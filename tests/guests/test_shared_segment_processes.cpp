@@ -197,3 +197,46 @@ TEST(shared_segment_processes, file_read_ahead_and_madv_random) {
     }
     ::close(fd);
 }
+
+// The adversary: every part is first touched by a process pinned to another node (part k by the
+// process of part k+1), by reads (shmem allocates on a read fault too) or writes. The segment's policy
+// wins over first touch in every case; plain first touch puts every part on its toucher's node.
+TEST(shared_segment_processes, parts_touched_from_the_wrong_node) {
+    REQUIRE_TWO_CPU_NODES();
+    for (bool bound : {true, false})
+        for (bool write : {true, false}) {
+            std::vector<segment_part> parts{{node_of(0), 4}, {node_of(1), 3}, {node_of(2), 3}};
+            shared_segment s = bound ? shared_segment::create(segment_layout(parts))
+                                     : shared_segment::create(segment_layout(parts), fallback::degrade);
+            if (!bound) { // the same segment without its policy: plain first touch
+                detail::kernel_nodemask none;
+                ASSERT_EQ(detail::sys_mbind(s.data(), s.bytes(), detail::mpol_default, none, 0), 0);
+            }
+            std::vector<int> toucher_nodes;
+            for (std::size_t k = 0; k < 3; ++k) {
+                const int toucher = node_of(k + 1) != node_of(k) ? node_of(k + 1) : node_of(k + 2);
+                ASSERT_NE(toucher, node_of(k));
+                toucher_nodes.insert(toucher_nodes.end(), count[k], toucher);
+                pid_t pid = ::fork();
+                if (pid == 0) {
+                    cpu_set_t set;
+                    CPU_ZERO(&set);
+                    CPU_SET(topology::get().at(toucher).cpus.front(), &set);
+                    if (::sched_setaffinity(0, sizeof set, &set) != 0) ::_exit(2);
+                    shared_segment mine = shared_segment::open_fd(s.fd(), s.layout());
+                    segment_block b = mine.block(k);
+                    volatile char sink = 0;
+                    for (std::size_t i = 0; i < b.bytes; i += page) {
+                        if (write) b.data[i] = 1;
+                        else sink = sink + b.data[i];
+                    }
+                    ::_exit(0);
+                }
+                int status = 0;
+                ::waitpid(pid, &status, 0);
+                ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            }
+            EXPECT_EQ(nodes_of_pages(s.data()), bound ? owners() : toucher_nodes)
+                << (bound ? "segment" : "first touch") << (write ? " writes" : " reads");
+        }
+}
