@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -372,6 +373,11 @@ TEST(shared_segment, a_part_larger_than_its_node) {
     }
     shared_segment s = shared_segment::create(huge, fallback::degrade);
     EXPECT_FALSE(s.bound());
+    // part 0 was bound before part 1 was refused; degrading resets the whole segment to first touch
+    int mode = -1;
+    unsigned long mask[16] = {};
+    ASSERT_EQ(::syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, s.data(), 2 /*MPOL_F_ADDR*/), 0);
+    EXPECT_EQ(mode, detail::mpol_default);
     EXPECT_EQ(s.where(0).untouched, 1u); // mapped, nothing allocated
 }
 
@@ -406,4 +412,34 @@ TEST(shared_segment, mapping_failure_releases_everything) {
         return 0;
     });
     EXPECT_EQ(code, 0);
+}
+
+TEST(shared_segment, started_under_seccomp) {
+    // A process started under a container-like filter (mbind, set_mempolicy refused): strict creation
+    // throws EPERM; degrading creates a usable segment and records it. Re-runs this test after exec.
+    if (std::getenv("NUMAPLACE_TEST_UNDER_SECCOMP") == nullptr) {
+        int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+            setenv("NUMAPLACE_TEST_UNDER_SECCOMP", "1", 1);
+            char self[] = "/proc/self/exe";
+            char filter[] = "--gtest_filter=shared_segment.started_under_seccomp";
+            char* argv[] = {self, filter, nullptr};
+            execv(self, argv);
+            return 93;
+        });
+        EXPECT_EQ(code, 0) << "the test failed in the sandboxed child (see its output above)";
+        return;
+    }
+    EXPECT_FALSE(topology::get().capabilities().memory_binding);
+    try {
+        shared_segment::create(notes_layout());
+        ADD_FAILURE() << "no throw";
+    } catch (const placement_error& e) {
+        EXPECT_EQ(e.error_number(), EPERM);
+    }
+    const std::size_t before = degradation_count();
+    shared_segment s = shared_segment::create(notes_layout(), fallback::degrade);
+    EXPECT_FALSE(s.bound());
+    EXPECT_EQ(degradation_count(), before + 1);
+    std::memset(s.data(), 1, s.bytes());
+    EXPECT_EQ(s.where().touched(), 10u);
 }
