@@ -249,7 +249,7 @@ public:
     bool empty() const noexcept { return count_ == 0; }
     /// \returns the number of units the split is made for (a container's capacity in units).
     std::size_t units() const noexcept { return units_; }
-    /// \returns whether indexes are elements (an `elements()` view or a container's partition).
+    /// \returns whether indexes are elements of a rows layout (an `elements()` view of a rows partition).
     bool indexes_elements() const noexcept { return elements_; }
     /// \returns the bytes of one element.
     std::size_t element_size() const noexcept { return layout_->element_size; }
@@ -333,7 +333,7 @@ public:
     /// of its units [b, e). Itself for an element view.
     basic_partition elements() const noexcept {
         basic_partition p = *this;
-        if (!elements_) {
+        if (!elements_ && layout_->row_length != 1) {
             p.elements_ = true;
             p.count_ = count_ * layout_->row_length;
         }
@@ -369,10 +369,11 @@ private:
                                   " bytes exceed SIZE_MAX bytes");
     }
     // Edge k (0..block_count()) in units of the split of units_: the exact cumulative weighted share,
-    // rounded down to a step; the last edge is units_.
+    // rounded down to a step; units_ once the cumulative weight is complete (so trailing zero-weight
+    // blocks are empty and the last weighted block takes the partial step at the end).
     std::size_t unit_edge(std::size_t k) const noexcept {
         const auto& l = *layout_;
-        if (k >= l.nodes.size()) return units_;
+        if (k >= l.nodes.size() || l.prefix[k] == l.total()) return units_;
         const std::size_t exact = detail::mul_div(units_, l.prefix[k], l.total());
         const std::size_t step = l.step_for(units_);
         return exact / step * step;
