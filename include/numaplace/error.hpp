@@ -51,6 +51,9 @@ public:
         : node_(node), bytes_(bytes), errno_(error_number),
           what_("numaplace: " + what + " (node " + (node < 0 ? std::string("any") : std::to_string(node)) +
                 ", " + std::to_string(bytes) + " bytes, errno " + std::to_string(error_number) + ")") {}
+    // Copy only (moves copy): a moved-from error keeps its message; copies share it and never throw.
+    placement_error(const placement_error&) noexcept = default;
+    placement_error& operator=(const placement_error&) noexcept = default;
     /// \returns the node id the memory was meant for, or -1 when it concerns several nodes.
     int node() const noexcept { return node_; }
     /// \returns the size of the request in bytes.
