@@ -427,8 +427,8 @@ using partitioned_container_t =
 template <class Container, class = detail::partitioned_container_t<Container>>
 partition<typename Container::value_type> partition_of(const Container& c) {
     using T = typename Container::value_type;
-    const auto& placement = c.get_allocator().placement();
-    return partition<T>::from_untyped(placement.partition_for(c.capacity() * sizeof(T)).elements().clipped(c.size()));
+    const auto allocator = c.get_allocator(); // by value: placement() refers into it
+    return partition<T>::from_untyped(allocator.placement().partition_for(c.capacity() * sizeof(T)).elements().clipped(c.size()));
 }
 
 /// \effects `parallel_for(partition_of(c), body)`: visits the container's elements [0, c.size()) exactly
