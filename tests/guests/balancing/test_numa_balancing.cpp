@@ -163,13 +163,13 @@ TEST(numa_balancing, serial_init_gains_locality_through_migration) {
 TEST(numa_balancing, partitioned_array_starts_local_and_is_never_migrated) {
     REQUIRE_BALANCING_GUEST();
     constexpr std::size_t n = bytes / sizeof(double);
-    const partition whole(n, sizeof(double));
+    const partition<double> whole(n);
     partitioned_vector<double> v(n, partitioned_allocator<double>(whole));
     first_touch(v);
-    const partition part = partition_of(v);
-    ASSERT_EQ(part.blocks().size(), 2u);
+    const partition<double> part = partition_of(v);
+    ASSERT_EQ(part.block_count(), 2u);
     const char* p = reinterpret_cast<const char*>(v.data());
-    ASSERT_EQ(part.blocks()[0].size() * sizeof(double), bytes / 2) << "equal cores per node: halves";
+    ASSERT_EQ(part.block(0).size() * sizeof(double), bytes / 2) << "equal cores per node: halves";
     count before = count_pages(p);
     EXPECT_EQ(before.present, pages);
     EXPECT_EQ(before.local, pages);
