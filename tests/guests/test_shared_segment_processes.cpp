@@ -240,3 +240,48 @@ TEST(shared_segment_processes, parts_touched_from_the_wrong_node) {
                 << (bound ? "segment" : "first touch") << (write ? " writes" : " reads");
         }
 }
+
+namespace {
+std::size_t shmem_huge_kb() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    std::size_t value = 0;
+    while (in >> key >> value) {
+        if (key == "ShmemHugePages:") return value;
+        in.ignore(64, '\n');
+    }
+    return 0;
+}
+} // namespace
+
+// Huge-page aligned parts keep shmem huge pages (no MADV_NOHUGEPAGE): with shmem_enabled=always each
+// part of 2 MiB is one huge page, allocated under its own part's policy, so it is on its node even when
+// another node's process touches it first.
+TEST(shared_segment_processes, huge_page_aligned_parts_keep_huge_pages_on_their_nodes) {
+    REQUIRE_TWO_CPU_NODES();
+    shmem_thp thp("always");
+    ASSERT_TRUE(thp.ok());
+    const std::size_t per_huge = detail::huge_page_size() / page;
+    const std::size_t huge_before = shmem_huge_kb();
+    {
+        shared_segment s = shared_segment::create(segment_layout({{node_of(0), per_huge}, {node_of(1), per_huge}}));
+        for (std::size_t k = 0; k < 2; ++k) {
+            pid_t pid = ::fork();
+            if (pid == 0) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(topology::get().at(node_of(1 - k)).cpus.front(), &set); // the other part's node
+                if (::sched_setaffinity(0, sizeof set, &set) != 0) ::_exit(2);
+                segment_block b = s.block(k);
+                std::memset(b.data, 1, b.bytes);
+                ::_exit(0);
+            }
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+            ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        }
+        EXPECT_EQ(shmem_huge_kb() - huge_before, 2 * detail::huge_page_size() / 1024) << "two shmem huge pages";
+        for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(s.where(k).on(node_of(k)), per_huge) << "part " << k;
+    }
+    EXPECT_EQ(shmem_huge_kb(), huge_before);
+}

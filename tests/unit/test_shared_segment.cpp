@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -109,6 +110,37 @@ TEST(shared_segment, layout_offsets_are_whole_pages_in_order) {
     EXPECT_EQ(l, notes_layout());
     EXPECT_NE(l, notes_layout(2));
     EXPECT_NE(l, segment_layout({{0, 4}, {0, 3}, {0, 4}}));
+}
+
+namespace {
+// The VmFlags of the mapping that contains p (/proc/self/smaps): "nh" = MADV_NOHUGEPAGE.
+bool has_vm_flag(const void* p, const std::string& flag) {
+    std::ifstream in("/proc/self/smaps");
+    std::string line;
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    bool inside = false;
+    while (std::getline(in, line)) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+            inside = lo <= addr && addr < hi;
+            continue;
+        }
+        if (inside && line.compare(0, 8, "VmFlags:") == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
+    }
+    return false;
+}
+} // namespace
+
+TEST(shared_segment, huge_pages_kept_off_unless_edges_are_huge_aligned) {
+    if (!binding_works()) GTEST_SKIP() << "mbind refused here";
+    const std::size_t per_huge = detail::huge_page_size() / page;
+    shared_segment small = shared_segment::create(notes_layout());
+    shared_segment aligned = shared_segment::create(segment_layout({{0, per_huge}, {0, per_huge}}));
+    EXPECT_TRUE(has_vm_flag(small.data(), "nh"));
+    EXPECT_FALSE(has_vm_flag(aligned.data(), "nh"));
+    // openers' mappings too
+    shared_segment opened = shared_segment::open_fd(small.fd(), small.layout());
+    EXPECT_TRUE(has_vm_flag(opened.data(), "nh"));
 }
 
 TEST(shared_segment, layout_rejects_bad_input) {
