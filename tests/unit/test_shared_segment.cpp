@@ -357,6 +357,28 @@ TEST(shared_segment, moved_from_is_empty_and_reusable) {
     EXPECT_EQ(empty.bytes(), 0u);
 }
 
+TEST(shared_segment, destruction_releases_mapping_and_descriptor) {
+    auto segment_mappings = [] {
+        std::ifstream maps("/proc/self/maps");
+        std::string line;
+        std::size_t n = 0;
+        while (std::getline(maps, line)) n += line.find("/memfd:numaplace-segment") != std::string::npos;
+        return n;
+    };
+    const std::size_t fds = open_fds(), mappings = segment_mappings();
+    {
+        shared_segment s = shared_segment::create(notes_layout(), fallback::degrade);
+        std::memset(s.data(), 1, s.bytes());
+        shared_segment other = shared_segment::open_fd(s.fd(), s.layout());
+        EXPECT_EQ(open_fds(), fds + 2);
+        EXPECT_EQ(segment_mappings(), mappings + 2);
+        shared_segment moved = std::move(other);
+        EXPECT_EQ(open_fds(), fds + 2);
+    }
+    EXPECT_EQ(open_fds(), fds);
+    EXPECT_EQ(segment_mappings(), mappings);
+}
+
 TEST(shared_segment, strict_throws_and_releases_under_seccomp) {
     const std::string name = unique_name("seccomp");
     int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [&] {
