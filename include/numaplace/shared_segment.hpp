@@ -279,8 +279,12 @@ private:
         if (::ftruncate(fd.get(), static_cast<off_t>(layout.bytes())) != 0)
             detail::throw_placement(-1, layout.bytes(), errno, "shared_segment: ftruncate failed");
         shared_segment s = map(std::move(fd), layout);
-        s.name_ = name;
-        s.creator_pid_ = ::getpid();
+        // The name is owned (unlinked by the destructor) only once this returns: until then the caller
+        // unlinks it on failure, exactly once.
+        auto own_name = [&s, &name] {
+            s.name_ = name;
+            s.creator_pid_ = ::getpid();
+        };
         // Bind every part before anyone can touch it. A refusal leaves earlier parts bound; a degrading
         // segment resets them all to the default policy so its placement is uniformly first touch.
         for (std::size_t k = 0; k < layout.size(); ++k) {
@@ -302,9 +306,11 @@ private:
             detail::sys_mbind(s.data_, layout.bytes(), detail::mpol_default, none, 0);
             detail::degradation_log::instance().record(what + " (errno " + std::to_string(err) +
                                                        "), left to first touch");
+            own_name();
             return s;
         }
         s.bound_ = true;
+        own_name();
         return s;
     }
 
