@@ -371,7 +371,11 @@ TEST(shared_segment, destruction_releases_mapping_and_descriptor) {
         std::memset(s.data(), 1, s.bytes());
         shared_segment other = shared_segment::open_fd(s.fd(), s.layout());
         EXPECT_EQ(open_fds(), fds + 2);
-        EXPECT_EQ(segment_mappings(), mappings + 2);
+        // two mappings; the creator's is split into one VMA per run of parts with the same node
+        std::size_t runs = 1;
+        for (std::size_t k = 1; k < s.layout().size(); ++k)
+            runs += s.layout().parts()[k].node != s.layout().parts()[k - 1].node;
+        EXPECT_EQ(segment_mappings(), mappings + runs + 1);
         shared_segment moved = std::move(other);
         EXPECT_EQ(open_fds(), fds + 2);
     }
