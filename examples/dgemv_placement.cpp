@@ -7,6 +7,8 @@
 // CPUs, the serially initialised matrix is not (the seeds' problem, shown by where()).
 #include "dgemv_placements.hpp"
 
+#include <numaplace/balancing.hpp>
+
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 
@@ -102,6 +104,11 @@ int main(int argc, char** argv) {
                      static_cast<double>(n * n * sizeof(double)) / 1e9);
         placed_matrix m(kind, n, n);
         if (kind == placement_kind::partitioned) {
+            // A is placed by partition<double>::rows(n, n): where() checks all n*n elements' pages against
+            // the node of their row's block (the rows partition the allocator and the loop share).
+            const double by_rows = numaplace::where(m.a(), m.row_partition()).fraction();
+            partitioned_min = std::min(partitioned_min, by_rows);
+            std::printf("%-14s %7s %10s %8s %8s %9s %9.2f\n", "A by rows", "", "", "", "", "", by_rows);
             for (int t = 1; t <= max_threads; ++t) {
                 tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(t));
                 const double s = best_seconds(reps, [&] { volatile double v = m.read_all(); (void)v; });
@@ -110,6 +117,8 @@ int main(int argc, char** argv) {
                             "1.00", "");
             }
         }
+        const double locality_before = m.locality();
+        const auto balancing_before = numaplace::balancing_counters::read();
         double one = 0;
         for (int t = 1; t <= max_threads; ++t) {
             progress("[%s] %d thread(s)...                              \r", name(kind), t);
@@ -127,6 +136,10 @@ int main(int argc, char** argv) {
                         gbps / limit[static_cast<std::size_t>(t)], local, correct ? "" : "  WRONG RESULT");
             std::fflush(stdout);
         }
+        const auto bal = numaplace::balancing_counters::read().since(balancing_before);
+        std::printf("%-14s locality %.2f -> %.2f over the runs; kernel: numa_pages_migrated +%llu, numa_hint_faults "
+                    "+%llu (+%llu local)\n", "", locality_before, m.locality(), (unsigned long long)bal.pages_migrated,
+                    (unsigned long long)bal.hint_faults, (unsigned long long)bal.hint_faults_local);
     }
     progress("%60s\r", "");
     std::printf("\nlocality = fraction of A's pages on the node of the thread that computes them.\n"

@@ -152,8 +152,8 @@ TEST(heap, allocators_refuse_impossible_sizes_with_exact_types) {
     allocator_boundaries(interleaved_allocator<char>(topo.all()), "interleaved_allocator<char>");
     allocator_boundaries(interleaved_allocator<double>(topo.all(), std::vector<std::size_t>(topo.size(), 1)),
                          "interleaved_allocator<double>");
-    allocator_boundaries(partitioned_allocator<char>(partition(1000, 1)), "partitioned_allocator<char>");
-    allocator_boundaries(partitioned_allocator<aligned8k>(partition(1000, sizeof(aligned8k))),
+    allocator_boundaries(partitioned_allocator<char>(partition<char>(1000)), "partitioned_allocator<char>");
+    allocator_boundaries(partitioned_allocator<aligned8k>(partition<aligned8k>(1000)),
                          "partitioned_allocator<alignas(8192)>");
 }
 
