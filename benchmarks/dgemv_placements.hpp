@@ -94,10 +94,13 @@ public:
         for_rows([=](std::size_t b, std::size_t e) { dgemv_rows(a, n, x, y, b, e, n); });
     }
     /// \returns the sum of all of A read in parallel the same way (the read-bandwidth probe).
-    double read_all() const {
+    double read_all() const { return read_all(&read_sum); }
+    /// \returns all of A read in parallel the same way by `read` (a probe::strategies() entry), each
+    /// subrange of rows at a time, as the kernel reads them.
+    double read_all(double (*read)(const double*, std::size_t) noexcept) const {
         const double* a = a_;
         const std::size_t n = n_;
-        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read_sum(a + r.begin() * n, r.size() * n); },
+        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read(a + r.begin() * n, r.size() * n); },
                                [](double p, double q) { return p + q; });
     }
     /// \returns true if y matches the naive in-order product on a sample of rows.

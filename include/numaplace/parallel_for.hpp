@@ -252,10 +252,24 @@ public:
     node_arenas(const node_arenas&) = delete;
     node_arenas& operator=(const node_arenas&) = delete;
 
-    const arena_report& report() const noexcept { return report_; }
+    /// \returns the report of the arenas' creation, with pinning `none` from the moment a thread that
+    /// entered an arena later could not be pinned (e.g. a sandbox refusing sched_setaffinity after
+    /// start-up).
+    arena_report report() const {
+        arena_report r = report_;
+        if (const std::size_t lost = unpinned_entries()) {
+            int error = 0;
+            for (const auto& o : observers_) error = o->last_errno() ? o->last_errno() : error;
+            r.pinning = pinning::none;
+            r.reason += "; since then " + std::to_string(lost) +
+                        " thread entries ran outside their node's CPUs and could not be pinned (errno " +
+                        std::to_string(error) + ")";
+        }
+        return r;
+    }
     /// \returns whether blocks are spread over per-node arenas (false on a one-node machine: blocks
     /// run in the caller's arena).
-    bool spread() const noexcept { return report_.pinning != pinning::single_node; }
+    bool spread() const noexcept { return !observers_.empty(); }
     /// \returns the arena that runs blocks of `node` (memory-only nodes: the nearest node with CPUs);
     /// nullptr on a single-node machine (blocks run in the caller's arena).
     tbb::task_arena* arena_for(int node) const {
@@ -392,8 +406,9 @@ private:
     std::unique_ptr<tbb::global_control> limit_;
 };
 
-/// \returns what oneTBB sees and how arenas are pinned (creates the arenas on first call).
-inline const arena_report& arena_capabilities() { return node_arenas::get().report(); }
+/// \returns what oneTBB sees and how arenas are pinned, as verified so far (creates the arenas on
+/// first call).
+inline arena_report arena_capabilities() { return node_arenas::get().report(); }
 
 namespace detail {
 
