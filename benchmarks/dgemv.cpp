@@ -60,7 +60,7 @@ placed_matrix& matrix(placement_kind kind) {
 
 void finish(benchmark::State& state, int threads, double seconds, std::size_t bytes, double locality) {
     const double per_iter = seconds / static_cast<double>(state.iterations());
-    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
     state.counters["threads"] = threads;
     state.counters["GBps"] = static_cast<double>(bytes) / per_iter / 1e9;
     state.counters["GFLOPs"] = 2.0 * static_cast<double>(M) * static_cast<double>(N) / per_iter / 1e9;
@@ -128,7 +128,7 @@ void register_all() {
     const int all = tbb::info::default_concurrency();
     auto threads = [all](benchmark::internal::Benchmark* b) {
         for (int t = 1; t <= all; ++t) b->Arg(t);
-        b->ArgName("threads")->Unit(benchmark::kMillisecond)->UseManualTime()->Repetitions(5)->Iterations(3);
+        b->ArgName("threads")->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(3);
     };
     // The probes and OpenBLAS read the partitioned matrix: the same data as our kernel on it.
     for (const auto& how : numaplace::bench::probe::strategies())
@@ -146,12 +146,17 @@ void register_all() {
 
 int main(int argc, char** argv) {
     register_all();
-    // Interleaved repetitions unless the command line says otherwise.
+    // Five interleaved repetitions unless the command line says otherwise.
     std::vector<char*> args(argv, argv + argc);
     char interleave[] = "--benchmark_enable_random_interleaving=true";
-    bool given = false;
-    for (int i = 1; i < argc; ++i) given = given || std::string(argv[i]).rfind("--benchmark_enable_random_interleaving", 0) == 0;
-    if (!given) args.insert(args.begin() + 1, interleave);
+    char repetitions[] = "--benchmark_repetitions=5";
+    auto given = [&](const char* flag) {
+        for (int i = 1; i < argc; ++i)
+            if (std::string(argv[i]).rfind(flag, 0) == 0) return true;
+        return false;
+    };
+    if (!given("--benchmark_enable_random_interleaving")) args.insert(args.begin() + 1, interleave);
+    if (!given("--benchmark_repetitions")) args.insert(args.begin() + 1, repetitions);
     int count = static_cast<int>(args.size());
     args.push_back(nullptr);
     argv = args.data();

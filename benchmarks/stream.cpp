@@ -145,7 +145,7 @@ public:
             *p = static_cast<double*>(numaplace::memory::map(bytes, numaplace::detail::huge_page_size()));
             huge(*p, hugepage);
         }
-        for_chunks(static_cast<int>(tbb::info::default_concurrency()), [this](std::size_t b, std::size_t e) { k_.init(b, e); });
+        for_chunks(tbb::info::default_concurrency(), [this](std::size_t b, std::size_t e) { k_.init(b, e); });
     }
     ~reference_variant() override {
         for (double* p : {k_.a, k_.b, k_.c}) numaplace::memory::unmap(p, stream_n * sizeof(double));

@@ -297,7 +297,7 @@ private:
             runner_.push_back(n.has_cpus() ? n.id : best);
         }
         report_.tbb_numa_nodes.clear();
-        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(static_cast<int>(id));
+        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);
         report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
         if (cpu_nodes.size() <= 1) {
             report_.pinning = pinning::single_node;
@@ -312,7 +312,7 @@ private:
             bool listed = false;
             for (int id : report_.tbb_numa_nodes) listed = listed || id == k;
             agrees = agrees && listed &&
-                     tbb::info::default_concurrency(static_cast<tbb::numa_node_id>(k)) ==
+                     tbb::info::default_concurrency(tbb::numa_node_id{k}) ==
                          static_cast<int>(topo.at(k).cpus.size());
         }
         report_.pinning = agrees ? pinning::tbbbind : pinning::hwloc;
@@ -345,7 +345,7 @@ private:
 #endif
                 {
                     tbb::task_arena::constraints c;
-                    c.numa_id = static_cast<tbb::numa_node_id>(k);
+                    c.numa_id = k;
                     c.max_concurrency = threads;
                     arenas_[slot] = std::make_unique<tbb::task_arena>(c, 0u);
                 }

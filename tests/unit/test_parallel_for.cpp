@@ -241,8 +241,12 @@ TEST(arenas, report_says_how_blocks_are_pinned) {
     } else {
         EXPECT_TRUE(r.pinning == pinning::tbbbind || r.pinning == pinning::hwloc) << r.reason;
         // tbbbind path only when TBB sees exactly our CPU nodes
-        if (r.pinning == pinning::tbbbind) EXPECT_TRUE(r.tbbbind_loaded);
-        if (!r.tbbbind_loaded) EXPECT_EQ(r.pinning, pinning::hwloc);
+        if (r.pinning == pinning::tbbbind) {
+            EXPECT_TRUE(r.tbbbind_loaded);
+        }
+        if (!r.tbbbind_loaded) {
+            EXPECT_EQ(r.pinning, pinning::hwloc);
+        }
     }
     // Set by the guest harness: which path this layout must take.
     if (const char* expect = std::getenv("NUMAPLACE_EXPECT_PINNING")) {
@@ -250,7 +254,9 @@ TEST(arenas, report_says_how_blocks_are_pinned) {
                            : r.pinning == pinning::single_node ? "single_node" : "none";
         EXPECT_STREQ(actual, expect) << r.reason;
     }
-    if (const char* expect = std::getenv("NUMAPLACE_EXPECT_TBBBIND")) EXPECT_EQ(r.tbbbind_loaded, expect[0] == '1');
+    if (const char* expect = std::getenv("NUMAPLACE_EXPECT_TBBBIND")) {
+        EXPECT_EQ(r.tbbbind_loaded, expect[0] == '1');
+    }
 }
 
 namespace {
@@ -299,7 +305,9 @@ TEST(run_blocks, spread_over_arenas_runs_each_block_once_in_its_arena) {
     }, arenas);
     for (std::size_t k = 0; k < blocks.size(); ++k) {
         EXPECT_EQ(runs[k].load(), k == 3 ? 0 : 1) << "block " << k;
-        if (k != 3) EXPECT_EQ(arena_slot[k].load(), 1) << "block " << k << " did not run in a one-thread test arena";
+        if (k != 3) {
+            EXPECT_EQ(arena_slot[k].load(), 1) << "block " << k << " did not run in a one-thread test arena";
+        }
     }
     EXPECT_EQ(arenas.calls, blocks.size() - 1);
 }
@@ -455,7 +463,9 @@ TEST(arenas, DISABLED_child_with_sched_setaffinity_refused) {
         // Nothing to pin: the truthful report is "single node", with cpu binding refused in the caps.
         EXPECT_EQ(r.pinning, pinning::single_node) << r.reason;
         EXPECT_EQ(off_node.load(), 0u);
-        if (when == "before") EXPECT_FALSE(topo.capabilities().cpu_binding);
+        if (when == "before") {
+            EXPECT_FALSE(topo.capabilities().cpu_binding);
+        }
         return;
     }
     if (when == "before") {
@@ -465,7 +475,9 @@ TEST(arenas, DISABLED_child_with_sched_setaffinity_refused) {
         EXPECT_TRUE(pinning_degradation_recorded());
     } else {
         EXPECT_TRUE(r.verified) << r.reason; // it was pinned when the arenas were created
-        if (unpinned > 0) EXPECT_EQ(r.pinning, pinning::none) << "pinning lost after start-up, report: " << r.reason;
+        if (unpinned > 0) {
+            EXPECT_EQ(r.pinning, pinning::none) << "pinning lost after start-up, report: " << r.reason;
+        }
     }
     // Either every subrange ran on its node's CPUs, or the loss of pinning is reported and recorded.
     if (off_node.load() != 0) {
