@@ -11,7 +11,8 @@
 // kernel should beat it. Ratios need the whole run: `plot_dgemv.py --summary results.json` prints
 // partitioned / limit / OpenBLAS with their cv.
 //
-// Names: BM_Dgemv_<read_limit_<strategy>|openblas|partitioned|serial_init|parallel_init|interleaved|node0>/threads:T
+// Names: BM_Dgemv_<read_limit_<strategy>|openblas|partitioned|partitioned_hugepage|serial_init|parallel_init|
+//                  interleaved|node0>/threads:T
 // Counters: GBps, GFLOPs, locality (pages on the node of the thread that computes them, from where()).
 // The matrix of the partitioned placement (read by the probes, OpenBLAS and our kernel) lives for the
 // whole run; the other placements share a second slot, rebuilt when another placement runs.
@@ -46,14 +47,15 @@ std::size_t env_size(const char* name, std::size_t fallback) {
 const std::size_t M = env_size("NUMAPLACE_DGEMV_M", 20000);
 const std::size_t N = env_size("NUMAPLACE_DGEMV_N", 20000);
 
-// The partitioned matrix (shared by the probes, OpenBLAS and our kernel) lives for the whole run; the
-// other placements share one more slot, replaced when a benchmark of another placement starts.
-placed_matrix& matrix(placement_kind kind) {
-    static std::unique_ptr<placed_matrix> partitioned, other;
-    auto& slot = kind == placement_kind::partitioned ? partitioned : other;
+// The partitioned matrix (shared by the probes, OpenBLAS and our kernel) lives for the whole run; so
+// does its MADV_HUGEPAGE twin once used; the other placements share one more slot, replaced when a
+// benchmark of another placement starts.
+placed_matrix& matrix(placement_kind kind, bool huge_pages = false) {
+    static std::unique_ptr<placed_matrix> partitioned, partitioned_huge, other;
+    auto& slot = kind != placement_kind::partitioned ? other : huge_pages ? partitioned_huge : partitioned;
     if (!slot || slot->kind() != kind) {
         slot.reset();
-        slot = std::make_unique<placed_matrix>(kind, M, N);
+        slot = std::make_unique<placed_matrix>(kind, M, N, huge_pages);
     }
     return *slot;
 }
@@ -94,10 +96,10 @@ void BM_Dgemv_read_limit(benchmark::State& state, const numaplace::bench::probe:
     finish(state, threads, seconds, m.bytes(), -1);
 }
 
-void run_placement(benchmark::State& state, placement_kind kind) {
+void run_placement(benchmark::State& state, placement_kind kind, bool huge_pages = false) {
     const int threads = static_cast<int>(state.range(0));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    auto& m = matrix(kind);
+    auto& m = matrix(kind, huge_pages);
     m.multiply();
     if (!m.check()) {
         state.SkipWithError("wrong result");
@@ -141,6 +143,11 @@ void register_all() {
                                 placement_kind::interleaved, placement_kind::node0})
         threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_") + numaplace::bench::name(kind)).c_str(),
                                              [kind](benchmark::State& s) { run_placement(s, kind); }));
+    // What transparent huge pages (madvise mode) give the partitioned kernel: the same matrix with
+    // MADV_HUGEPAGE before its first write (huge-page-aligned edges assumed: true on one node).
+    threads(benchmark::RegisterBenchmark("BM_Dgemv_partitioned_hugepage", [](benchmark::State& s) {
+        run_placement(s, placement_kind::partitioned, true);
+    }));
 }
 } // namespace
 

@@ -26,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 namespace numaplace::bench {
 
 enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned };
@@ -55,8 +57,10 @@ inline double x_value(std::size_t j) noexcept { return static_cast<double>(j % 1
 /// An M x N row-major matrix placed one way, with x and y.
 class placed_matrix {
 public:
-    placed_matrix(placement_kind kind, std::size_t m, std::size_t n)
-        : kind_(kind), m_(m), n_(n), rows_(m, n * sizeof(double)), x_(n), y_(m, 0.0) {
+    /// \param huge_pages: madvise(MADV_HUGEPAGE) A before it is first written (a measurement of what
+    /// transparent huge pages in `madvise` mode give; the placement's own advice is overridden).
+    placed_matrix(placement_kind kind, std::size_t m, std::size_t n, bool huge_pages = false)
+        : kind_(kind), m_(m), n_(n), rows_(m, n * sizeof(double)), x_(n), y_(m, 0.0), huge_pages_(huge_pages) {
         const std::size_t count = m * n, bytes = count * sizeof(double);
         switch (kind) {
         case placement_kind::serial_init:
@@ -68,6 +72,7 @@ public:
         case placement_kind::node0: take_from(node_allocator<double>(0), count); break;
         case placement_kind::partitioned: take_from(partitioned_allocator<double>(rows_), count); break;
         }
+        if (huge_pages) ::madvise(a_, bytes, MADV_HUGEPAGE);
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
     }
@@ -76,6 +81,7 @@ public:
     placed_matrix& operator=(const placed_matrix&) = delete;
 
     placement_kind kind() const noexcept { return kind_; }
+    bool huge_pages() const noexcept { return huge_pages_; }
     std::size_t rows() const noexcept { return m_; }
     std::size_t cols() const noexcept { return n_; }
     std::size_t bytes() const noexcept { return m_ * n_ * sizeof(double); }
@@ -165,6 +171,7 @@ private:
     std::size_t m_, n_;
     partition rows_;
     std::vector<double> x_, y_;
+    bool huge_pages_;
     double* a_ = nullptr;
     std::function<void(double*)> release_;
 };

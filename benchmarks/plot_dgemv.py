@@ -21,14 +21,16 @@ import sys
 from collections import defaultdict
 
 # Longest first so that e.g. "parallel_init" is not mistaken for something shorter.
-PLACEMENTS = ["parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
-ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "openblas", "read_limit"]
+PLACEMENTS = ["partitioned_hugepage", "parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
+ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "partitioned_hugepage", "openblas",
+         "read_limit"]
 STYLE = {
     "serial_init": dict(marker="o"),
     "parallel_init": dict(marker="s"),
     "interleaved": dict(marker="^"),
     "node0": dict(marker="v"),
     "partitioned": dict(marker="D"),
+    "partitioned_hugepage": dict(marker="d", linestyle="-."),
     "openblas": dict(marker="x", linestyle="--"),
     "read_limit": dict(marker="+", linestyle=":", color="black"),
 }

@@ -7,8 +7,20 @@
 // Variants (all arrays live for the whole run, so repetitions of every variant interleave):
 //   reference            the STREAM structure above
 //   reference_hugepage   the same, arrays madvise(MADV_HUGEPAGE) before the parallel init
-//   partitioned          numaplace::partitioned_vector + parallel_for over the vectors' partition
+//   partitioned          numaplace::partitioned_vector + parallel_for over the vectors' partition, grain
+//                        n / threads: one piece per thread, as STREAM's schedule(static)
 //   partitioned_hugepage the same, the vectors madvise(MADV_HUGEPAGE) before the parallel init
+//   partitioned_auto     partitioned with parallel_for's default grain (oneTBB's auto partitioner)
+//
+// Why the grain matters for Copy: GCC turns Copy into one memcpy (memmove) call per piece, and glibc
+// 2.36 switches to non-temporal stores only for calls of at least x86_non_temporal_threshold bytes:
+// 288 MiB on this VM (3/4 of a 384 MiB "shared cache" glibc derives from its CPUID; `ld.so
+// --list-tunables`). STREAM's per-thread pieces (640 MB at 1 thread, 320 MB at 2) cross it and are
+// stored non-temporally: 2 memory transfers per element. oneTBB's auto partitioner hands memcpy
+// pieces of a few MiB (1319 calls < 16 MiB for 5 Copies of 80 M at 1-2 threads): ordinary stores, which
+// first read every destination line (write-allocate): 3 transfers per element, so Copy was ~1/3 slower
+// with the same memory placement. Scale, Add and Triad are compiled loops with ordinary stores in both.
+// GLIBC_TUNABLES=glibc.cpu.x86_non_temporal_threshold=<bytes> moves the switch (for diagnosis).
 // Names: BM_Stream_<Copy|Scale|Add|Triad>_<variant>/threads:T. Bytes counted as STREAM counts them
 // (Copy, Scale: 2 words per element; Add, Triad: 3), so GB/s are comparable with STREAM's output.
 // Size: NUMAPLACE_STREAM_N elements per array (default 80 000 000, STREAM_ARRAY_SIZE of the report).
@@ -168,19 +180,28 @@ private:
     bool hugepage_;
 };
 
+// `piece_per_thread`: parallel_for's grain is n / threads, so each thread gets one contiguous piece of
+// its node's block, as STREAM's OpenMP static schedule gives; otherwise the default grain (oneTBB's
+// auto partitioner cuts blocks into pieces of a few MiB).
 class partitioned_variant : public variant {
 public:
-    explicit partitioned_variant(bool hugepage)
-        : a_(stream_n, alloc()), b_(stream_n, alloc()), c_(stream_n, alloc()), hugepage_(hugepage) {
+    partitioned_variant(bool hugepage, bool piece_per_thread)
+        : a_(stream_n, alloc()), b_(stream_n, alloc()), c_(stream_n, alloc()), hugepage_(hugepage),
+          piece_per_thread_(piece_per_thread) {
         for (auto* v : {&a_, &b_, &c_}) huge(v->data(), hugepage);
         k_ = kernels{a_.data(), b_.data(), c_.data()};
         const kernels k = k_;
         numaplace::parallel_for(a_, [k](subrange r) { k.init(r.begin(), r.end()); });
     }
-    const char* name() const override { return hugepage_ ? "partitioned_hugepage" : "partitioned"; }
-    void run(kernel which, int) override {
+    const char* name() const override {
+        return hugepage_ ? (piece_per_thread_ ? "partitioned_hugepage" : "partitioned_hugepage_auto")
+                         : (piece_per_thread_ ? "partitioned" : "partitioned_auto");
+    }
+    void run(kernel which, int threads) override {
         const kernels k = k_;
-        numaplace::parallel_for(a_, [k, which](subrange r) { run_kernel(k, which, r.begin(), r.end()); });
+        const auto t = static_cast<std::size_t>(threads);
+        const std::size_t grain = piece_per_thread_ ? (stream_n + t - 1) / t : 1;
+        numaplace::parallel_for(a_, [k, which](subrange r) { run_kernel(k, which, r.begin(), r.end()); }, grain);
         log_.push_back(which);
     }
 
@@ -189,7 +210,7 @@ private:
         return numaplace::partitioned_allocator<double>(numaplace::partition(stream_n, sizeof(double)));
     }
     numaplace::partitioned_vector<double> a_, b_, c_;
-    bool hugepage_;
+    bool hugepage_, piece_per_thread_;
 };
 
 std::vector<std::unique_ptr<variant>>& variants() {
@@ -216,8 +237,9 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     variants().push_back(std::make_unique<reference_variant>(false));
     variants().push_back(std::make_unique<reference_variant>(true));
-    variants().push_back(std::make_unique<partitioned_variant>(false));
-    variants().push_back(std::make_unique<partitioned_variant>(true));
+    variants().push_back(std::make_unique<partitioned_variant>(false, true));
+    variants().push_back(std::make_unique<partitioned_variant>(true, true));
+    variants().push_back(std::make_unique<partitioned_variant>(false, false));
     const int all = tbb::info::default_concurrency();
     for (auto& v : variants())
         for (int w = 0; w < 4; ++w) {
