@@ -455,6 +455,18 @@ void run_blocks_here(const std::vector<block>& blocks, Fn& fn) {
     NUMAPLACE_HANDOVER_ACQUIRE();
 }
 
+// Puts f into `arena` as a task of `group`, without the caller joining the arena: oneTBB's
+// enqueue(task_group::defer(f)) (task_handle: oneTBB 2021.6, interface 12060); before that, the caller
+// enters the arena to spawn it.
+template <class F>
+void enqueue(tbb::task_arena& arena, tbb::task_group& group, F&& f) {
+#if TBB_INTERFACE_VERSION >= 12060
+    arena.enqueue(group.defer(std::forward<F>(f)));
+#else
+    arena.execute([&] { group.run(std::forward<F>(f)); });
+#endif
+}
+
 // Blocks spread over node arenas: block k is a task of its own task group, enqueued into its node's
 // arena (oneTBB's `task_arena::enqueue(task_group::defer(f))`), and waited for inside that arena
 // (`execute(group.wait())`, so the caller itself runs the block where no worker is free). A block that
@@ -498,7 +510,7 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
             const std::size_t k = started;
             if (blocks[k].empty()) continue;
             groups[k].arena = arenas.arena_for(blocks[k].node);
-            groups[k].arena->enqueue(groups[k].group.defer([&fn, &blocks, &cancel_all, &first_failed, k] {
+            enqueue(*groups[k].arena, groups[k].group, [&fn, &blocks, &cancel_all, &first_failed, k] {
                 handover_scope handover;
                 try {
                     fn(blocks[k]);
@@ -508,7 +520,7 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
                     cancel_all(k);
                     throw; // this group's context keeps it (it cancels itself); wait() rethrows it
                 }
-            }));
+            });
         }
     } catch (...) {
         cancel_all();
