@@ -451,7 +451,12 @@ void run_blocks_here(const std::vector<block>& blocks, Fn& fn) {
                 scoped_block_node mark(outer);
                 fn(b);
             });
-    group.wait();
+    try {
+        group.wait();
+    } catch (...) {
+        NUMAPLACE_HANDOVER_ACQUIRE(); // the exception object was written by the task that threw
+        throw;
+    }
     NUMAPLACE_HANDOVER_ACQUIRE();
 }
 
