@@ -207,7 +207,7 @@ public:
 
 private:
     static numaplace::partitioned_allocator<double> alloc() {
-        return numaplace::partitioned_allocator<double>(numaplace::partition(stream_n, sizeof(double)));
+        return numaplace::partitioned_allocator<double>(numaplace::partition<double>(stream_n));
     }
     numaplace::partitioned_vector<double> a_, b_, c_;
     bool hugepage_, piece_per_thread_;
