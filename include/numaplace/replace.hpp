@@ -53,7 +53,9 @@
 /// (checked between batches); a call that stops early returns `resume_at`, where the next call continues
 /// (`opts.resume_at = report.resume_at`). Pages are examined in address order, each page at most once per
 /// pass, so a pass over P pages with at most M misplaced completes in at most ceil(M / page_budget) + 1
-/// calls. `progress` is called after every batch (return false to stop).
+/// calls. `progress` is called after every batch (return false to stop). The page budget counts the
+/// small pages handed to the kernel: a huge page moves whole, so a call may move up to 511 more small
+/// pages than its budget (the next call finds them in place).
 ///
 /// Refusals. A policy, query or move the kernel refuses (EPERM under Docker's seccomp profile, EACCES for
 /// a page another process maps too, EBUSY for a pinned page, ENOMEM for a full node) is counted per errno
@@ -369,7 +371,14 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
     replace_progress progress;
     progress.pages = plan.pages;
     while (i < plan.pages) {
-        const std::size_t count = std::min(replace_batch, plan.pages - i);
+        std::size_t count = std::min(replace_batch, plan.pages - i);
+        if (i + count < plan.pages) {
+            // End batches on a huge-page boundary: a THP moves whole, and one straddling two batches would
+            // already be moved when the second batch is examined.
+            const std::size_t huge = huge_page_size();
+            const std::uintptr_t e = (plan.first + (i + count) * page) / huge * huge;
+            if (e > plan.first + i * page) count = (e - plan.first) / page - i;
+        }
         for (std::size_t j = 0; j < count; ++j) addresses[j] = reinterpret_cast<void*>(plan.first + (i + j) * page);
         if (int err = sys_move_pages_query(count, addresses.data(), status.data())) {
             // Nothing can be examined (EPERM under seccomp): every remaining page is counted failed.

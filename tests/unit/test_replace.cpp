@@ -175,14 +175,14 @@ TEST(replace, page_budget_converges_in_a_bounded_number_of_calls) {
     const std::size_t pages = 3000;
     const std::size_t n = pages * page / sizeof(double);
     auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    ::madvise(d, n * sizeof(double), MADV_NOHUGEPAGE); // exact counts: a THP moves whole, beyond a budget
     for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(i);
     const partition<double> part(n, topo.with_cpus(), {}, edge_alignment::page);
-    const page_histogram before = where(d, n * sizeof(double));
-    const std::size_t misplaced = pages - before.on(0) + 0; // upper bound below uses the exact count
-    std::size_t expected_moves = 0;
-    for (const auto& b : part.blocks())
-        expected_moves += b.size() * sizeof(double) / page - std::min(b.size() * sizeof(double) / page, before.on(b.node));
-    (void)misplaced;
+    std::size_t expected_moves = 0; // pages not on their block's node now (oracle, page by page)
+    for (std::size_t i = 0; i < pages; ++i) {
+        const auto a = reinterpret_cast<std::uintptr_t>(d) + i * page;
+        expected_moves += page_node(reinterpret_cast<void*>(a)) != expected_node(a, d, n, part.blocks());
+    }
     replace_options opts;
     opts.page_budget = 250;
     std::size_t calls = 0, moved = 0, batches = 0;
@@ -210,13 +210,15 @@ TEST(replace, page_budget_converges_in_a_bounded_number_of_calls) {
     replace_options t;
     t.time_budget = std::chrono::nanoseconds(1);
     r = replace(big, partition<double>(big.size()), fallback::strict, t);
-    EXPECT_EQ(r.resume_at, 4096u);
+    EXPECT_GT(r.resume_at, 4096u - 512u); // one batch, ending on a huge-page boundary
+    EXPECT_LE(r.resume_at, 4096u);
     EXPECT_FALSE(r.done());
     // A progress callback returning false stops likewise.
     replace_options s;
     s.progress = [](const replace_progress&) { return false; };
     r = replace(big, partition<double>(big.size()), fallback::strict, s);
-    EXPECT_EQ(r.resume_at, 4096u);
+    EXPECT_GT(r.resume_at, 4096u - 512u);
+    EXPECT_LE(r.resume_at, 4096u);
     memory::unmap(d, n * sizeof(double));
 }
 
