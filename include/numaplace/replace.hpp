@@ -454,9 +454,9 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
         progress.moved = rep.moved;
         progress.failed = rep.failed_pages();
         progress.position = i;
-        if (cut < count) break; // page budget reached
+        const bool go_on = !opts.progress || opts.progress(progress); // after every batch, the last too
+        if (!go_on || cut < count) break;                            // stopped, or page budget reached
         if (opts.page_budget != 0 && attempted >= opts.page_budget) break;
-        if (opts.progress && !opts.progress(progress)) break;
         if (opts.time_budget.count() > 0 && std::chrono::steady_clock::now() - start >= opts.time_budget) break;
     }
     rep.resume_at = i;
@@ -468,11 +468,12 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
         const std::string what = "replace to " + plan.what + ": " + rep.summary();
         if (fb == fallback::strict)
             throw replace_error(-1, plan.end - plan.begin, err, what, std::make_shared<const replace_report>(rep));
+        std::string why;
+        for (const auto& f : rep.failures) why += " errno " + std::to_string(f.error) + ": " + std::to_string(f.pages) + ";";
         degradation_log::instance().record("replace to " + plan.what + ": " + std::to_string(rep.failed_pages()) +
-                                           " pages could not move, policy " +
+                                           " pages could not move (" + why + " left where they were), policy " +
                                            (rep.policy_errno ? "refused (errno " + std::to_string(rep.policy_errno) + ")"
-                                                             : std::string("kept")) +
-                                           " (errno " + std::to_string(err) + ")");
+                                                             : std::string(rep.policy_kept ? "kept" : "not set")));
     }
     return rep;
 }
