@@ -15,6 +15,10 @@
 #include <string>
 #include <vector>
 
+#include <cstdio>
+#include <stdlib.h>
+#include <unistd.h>
+
 using namespace numaplace;
 
 namespace {
@@ -202,25 +206,51 @@ TEST(replicated, moved_from_is_empty_and_reusable) {
     EXPECT_TRUE(std::equal(src.begin(), src.end(), b.copy_for(0)));
 }
 
-TEST(replicated, seccomp_eperm_on_mbind_strict_throws_degrading_records_and_fills) {
-    int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
-        const auto src = table(4 * page);
+namespace {
+// The seccomp child runs in a fresh process image (fork, filter, exec of this binary): oneTBB, which
+// the parent has started, is not usable in a forked child (its worker threads are not copied).
+int seccomp_child_body() {
+    const auto src = table(4 * page);
+    try {
+        replicated<std::uint32_t> r(src);
+        return 10;
+    } catch (const placement_error& e) {
+        if (e.error_number() != EPERM) return 11;
+    }
+    const std::size_t before = degradation_count();
+    replicated<std::uint32_t> r(src, topology::get().with_cpus(), fallback::degrade);
+    if (!r.degraded() || r.copies()[0].bound) return 12;
+    if (degradation_count() != before + r.copies().size()) return 13;
+    for (const auto& c : r.copies())
+        if (!std::equal(src.begin(), src.end(), c.data)) return 14;
+    std::ostringstream os;
+    r.report(os);
+    if (os.str().find("NOT bound") == std::string::npos) return 15;
+    return 0;
+}
+const bool seccomp_child_ran = [] {
+    if (const char* c = std::getenv("NUMAPLACE_TEST_REPLICATED_SECCOMP_CHILD"); c && std::string(c) == "1") {
+        int code = 91;
         try {
-            replicated<std::uint32_t> r(src);
-            return 10;
-        } catch (const placement_error& e) {
-            if (e.error_number() != EPERM) return 11;
+            code = seccomp_child_body();
+        } catch (...) {
+            code = 92;
         }
-        const std::size_t before = degradation_count();
-        replicated<std::uint32_t> r(src, topology::get().with_cpus(), fallback::degrade);
-        if (!r.degraded() || r.copies()[0].bound) return 12;
-        if (degradation_count() != before + r.copies().size()) return 13;
-        for (const auto& c : r.copies())
-            if (!std::equal(src.begin(), src.end(), c.data)) return 14;
-        std::ostringstream os;
-        r.report(os);
-        if (os.str().find("NOT bound") == std::string::npos) return 15;
-        return 0;
+        std::fflush(nullptr);
+        _exit(code);
+    }
+    return false;
+}();
+} // namespace
+
+TEST(replicated, seccomp_eperm_on_mbind_strict_throws_degrading_records_and_fills) {
+    (void)seccomp_child_ran;
+    const int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+        ::setenv("NUMAPLACE_TEST_REPLICATED_SECCOMP_CHILD", "1", 1);
+        char self[] = "/proc/self/exe";
+        char* argv[] = {self, nullptr};
+        ::execv(self, argv);
+        return 93;
     });
     EXPECT_EQ(code, 0);
 }
