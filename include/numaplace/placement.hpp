@@ -199,11 +199,12 @@ public:
     fallback on_refusal() const noexcept { return fallback_; }
     /// \returns the split of an allocation of `bytes` (unit indexes).
     basic_partition partition_for(std::size_t bytes) const noexcept { return partition_.for_bytes(bytes); }
+    /// \returns the first node with a non-zero weight (its heap serves allocations below a page).
     int home_node() const noexcept {
-        const basic_partition part = partition_for(partition_.unit_bytes());
-        for (std::size_t k = 0; k < part.block_count(); ++k)
-            if (!part.block(k).empty()) return part.block(k).node;
-        return partition_.nodes()[0];
+        const auto& w = partition_.weights();
+        for (std::size_t k = 0; k < w.size(); ++k)
+            if (w[k] != 0) return partition_.nodes()[k];
+        return partition_.nodes().empty() ? 0 : partition_.nodes()[0];
     }
     std::size_t alignment(std::size_t bytes) const noexcept { return partition_for(bytes).alignment(); }
     /// \effects binds block k's pages to node k (block edges are page- or huge-page-aligned from `p`,

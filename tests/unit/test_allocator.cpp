@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <type_traits>
 #include <thread>
@@ -334,4 +336,48 @@ TEST(allocator, small_blocks_cross_threads_without_loss) {
             }
         });
     for (auto& th : pool) th.join();
+}
+
+namespace {
+// AnonHugePages (kB) of the mapping that contains p, from /proc/self/smaps.
+std::size_t anon_huge_kb(const void* p) {
+    std::ifstream in("/proc/self/smaps");
+    std::string line;
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    bool inside = false;
+    while (std::getline(in, line)) {
+        std::uintptr_t lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+            inside = lo <= addr && addr < hi;
+            continue;
+        }
+        std::size_t kb = 0;
+        if (inside && std::sscanf(line.c_str(), "AnonHugePages: %zu kB", &kb) == 1) return kb;
+    }
+    return 0;
+}
+} // namespace
+
+TEST(allocator, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) {
+    // THP `madvise`: huge-page edges ask for huge pages (MADV_HUGEPAGE); small-page edges keep them off
+    // (MADV_NOHUGEPAGE) in every THP mode, so a huge page never straddles two blocks.
+    const auto& topo = topology::get();
+    const std::string thp = topo.capabilities().thp;
+    const std::size_t bytes = 64 * mib;
+    const partition<char> huge_edges(bytes, topo.with_cpus(), {}, edge_alignment::huge);
+    const partition<char> page_edges(bytes, topo.with_cpus(), {}, edge_alignment::page);
+    EXPECT_EQ(huge_edges.huge_pages(), thp == "madvise" ? huge_page_advice::request : huge_page_advice::none);
+    EXPECT_EQ(page_edges.huge_pages(), thp == "never" || thp == "unknown" ? huge_page_advice::none : huge_page_advice::forbid);
+    partitioned_allocator<char> with_huge(huge_edges, fallback::degrade), with_small(page_edges, fallback::degrade);
+    char* a = with_huge.allocate(bytes);
+    char* b = with_small.allocate(bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % detail::huge_page_size(), 0u);
+    memory::touch(a, bytes);
+    memory::touch(b, bytes);
+    if (thp == "madvise" || thp == "always") {
+        EXPECT_GT(anon_huge_kb(a), 0u) << "THP " << thp << ": huge-aligned blocks get huge pages";
+    }
+    EXPECT_EQ(anon_huge_kb(b), 0u) << "small-page edges keep huge pages off";
+    with_huge.deallocate(a, bytes);
+    with_small.deallocate(b, bytes);
 }
