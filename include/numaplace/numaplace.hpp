@@ -11,6 +11,8 @@
 #include "partition.hpp"
 #include "placement.hpp"
 #include "pmr.hpp"
+#include "replace.hpp"
+#include "replicated.hpp"
 #include "topology.hpp"
 #include "where.hpp"
 
