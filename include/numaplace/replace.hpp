@@ -5,22 +5,28 @@
 /// `replace`: moves the pages of existing data so they match a target placement (a partition: block k to
 /// node k; a node; an interleave), keeping the contents, and reports what moved.
 ///
-/// Mechanism. For the pages the range overlaps, in batches of 4096 (16 MiB) from `resume_at`:
+/// Mechanism. For the pages the range overlaps, in batches of at most 4096 pages (16 MiB, ending on
+/// huge-page boundaries) from `resume_at`:
 /// 1. the new policy is set first, one `mbind` per run of pages with one target (one per block; one for
 ///    a node; one MPOL_INTERLEAVE for an interleave), without MPOL_MF_MOVE, on the pages wholly inside
 ///    the range, so pages faulted later (or while moving) go to the right node too. A range the kernel
-///    keeps as one VMA becomes one VMA per block, never more;
-/// 2. `move_pages(2)` with nodes = NULL queries where each page is (the `before` histogram);
-/// 3. `move_pages(2)` with explicit target nodes moves only the pages that are present and elsewhere;
-///    its per-page status gives the `after` histogram and, per errno, the pages that could not move.
-///    A page reported failed is queried again (a huge page moves whole: its tail pages report EBUSY while
-///    the head moves) and counted by where it is then.
-/// Why not `mbind(MPOL_MF_MOVE)`: it sets the policy and migrates in one call, but reports no per-page
-/// result (a page that stays put is silent unless MPOL_MF_STRICT, and then only as EIO for the whole
-/// call), cannot be cut by a page or time budget inside a block, and re-walks every page of the block.
-/// `move_pages` with explicit nodes gives per-page errno, batches, budgets and progress. Measured on the
-/// host, 1 GiB (benchmarks/replace.cpp): see the table in the report of that benchmark; both take one
-/// kernel page walk per page and the query pass only adds a walk that skips present, placed pages.
+///    keeps as one VMA becomes one VMA per block, never more (later mbinds of a batch carry the same
+///    policy, which the kernel does not split for);
+/// 2. `count_pages` (default): `move_pages(2)` with nodes = NULL queries where each page is (the
+///    `before` histogram), then `move_pages(2)` with explicit target nodes moves only the pages that are
+///    present and elsewhere; its per-page status gives the `after` histogram and, per errno, the pages
+///    that could not move. A page reported failed is queried again (a huge page moves whole: its tail
+///    pages report EBUSY while the head moves) and counted by where it is then;
+/// 3. `count_pages = false`: one `mbind(MPOL_MF_MOVE | MPOL_MF_STRICT)` per batch with the block's
+///    policy, no query; a batch the kernel could not place entirely (EIO) or refused is examined as in 2.
+/// Measured on the host, 1 GiB already in place (benchmarks/replace.cpp, one run, interleaved): the
+/// kernel skips a placed page in about a quarter of the time `move_pages` takes for it (mbind MF_MOVE
+/// 33 ms, move_pages 120-200 ms, libnuma numa_move_pages 161 ms), and the per-page query costs as much
+/// as a `move_pages` call. So counting costs one `move_pages` pass (the default is the cost of one raw
+/// `move_pages`, with per-page errno and histograms); `count_pages = false` is the mbind speed, with
+/// failures still counted per errno. Why `move_pages` for the counted mode rather than mbind MF_MOVE:
+/// mbind reports no per-page result (a page that stays put is silent unless MPOL_MF_STRICT, and then
+/// only as EIO for the whole call).
 ///
 /// Huge pages. A transparent huge page straddling a block edge would move whole (move_pages migrates a
 /// THP as one folio) to the node of whichever block is moved first, and a later move of the other block
@@ -111,6 +117,13 @@ struct replace_options {
     std::size_t resume_at = 0;
     /// Set the target's policy on the range (pages faulted later go to the target too).
     bool keep_policy = true;
+    /// Count every page (before/after histograms, moved, in place, untouched): one move_pages query per
+    /// page, then move_pages for the misplaced ones. false: one mbind(MPOL_MF_MOVE | MPOL_MF_STRICT) per
+    /// batch of a block instead, with no query (the kernel skips pages in place at about a quarter of the
+    /// cost of a query; benchmarks/replace.cpp); a batch the kernel cannot place entirely (EIO) or refuses
+    /// is then examined page by page, so failures are still counted per errno. Needs the policy
+    /// (`keep_policy`, and not a weighted interleave); without it pages are counted.
+    bool count_pages = true;
     /// Called after every batch; returning false stops the call (as a budget does).
     std::function<bool(const replace_progress&)> progress;
 };
@@ -132,6 +145,7 @@ struct replace_report {
     std::size_t moved = 0;       ///< pages moved to their target
     std::size_t in_place = 0;    ///< present pages already on their target
     std::size_t untouched = 0;   ///< pages not faulted in (or the zero page): placed by the policy on touch
+    std::size_t kernel_placed = 0; ///< pages of batches mbind(MPOL_MF_MOVE) placed entirely (count_pages = false): not counted one by one
     std::vector<replace_failure> failures; ///< pages that could not move, per errno (ascending)
     bool policy_kept = false;    ///< the target's policy is set on the whole pages of the range (false: none)
     int policy_errno = 0;        ///< why not (0 when kept or not asked)
@@ -159,7 +173,9 @@ struct replace_report {
     std::string summary() const {
         std::ostringstream os;
         os << "replace: " << pages << " pages, examined " << (resume_at - first_page) << " (from " << first_page
-           << "): moved " << moved << ", in place " << in_place << ", untouched " << untouched << ", failed "
+           << "): moved " << moved << ", in place " << in_place;
+        if (kernel_placed) os << ", placed by mbind (uncounted) " << kernel_placed;
+        os << ", untouched " << untouched << ", failed "
            << failed_pages();
         for (const auto& f : failures) os << " [" << std::strerror(f.error) << " (errno " << f.error << "): " << f.pages << ']';
         os << "; policy " << (policy_kept ? "kept" : policy_errno ? "REFUSED (errno " + std::to_string(policy_errno) + ")" : "not set");
@@ -366,6 +382,8 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
     move_index.reserve(addresses.size());
     std::vector<int> after_status(addresses.size());
 
+    const std::uintptr_t whole_lo = round_up(plan.begin, page), whole_hi = plan.end / page * page;
+    const bool fast = !opts.count_pages && rep.policy_kept;
     std::size_t i = rep.first_page;
     std::size_t attempted = 0; // pages handed to move_pages: what the page budget counts
     replace_progress progress;
@@ -378,6 +396,47 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
             const std::size_t huge = huge_page_size();
             const std::uintptr_t e = (plan.first + (i + count) * page) / huge * huge;
             if (e > plan.first + i * page) count = (e - plan.first) / page - i;
+        }
+        if (fast) {
+            // One mbind(MPOL_MF_MOVE | MPOL_MF_STRICT) over whole pages of one run: the kernel skips pages in
+            // place and moves the rest; on EIO (some page stayed) or any refusal the chunk is examined below.
+            std::size_t c = count;
+            if (plan.interleave.empty()) {
+                auto run = std::upper_bound(plan.runs.begin(), plan.runs.end(), i,
+                                            [](std::size_t p, const std::pair<std::size_t, int>& r) { return p < r.first; });
+                if (run != plan.runs.end()) c = std::min(c, run->first - i);
+            }
+            if (opts.page_budget != 0) c = std::min(c, opts.page_budget - attempted);
+            const std::uintptr_t b = plan.first + i * page;
+            std::uintptr_t e = b + c * page;
+            if (b < whole_lo) {
+                count = 1; // the partial first page: examined
+            } else {
+                if (e > whole_hi) e = whole_hi;
+                if (e <= b) {
+                    count = 1; // the partial last page: examined
+                } else {
+                    c = (e - b) / page;
+                    kernel_nodemask mask;
+                    if (!plan.interleave.empty())
+                        for (int id : interleave_nodes) mask.set(topo.at(id).os_index);
+                    else
+                        mask.set(topo.at(plan.node_of(i)).os_index);
+                    if (sys_mbind(reinterpret_cast<void*>(b), e - b, plan.mode, mask, mpol_mf_move | mpol_mf_strict) == 0) {
+                        attempted += c;
+                        rep.kernel_placed += c;
+                        i += c;
+                        progress.scanned = i - rep.first_page;
+                        progress.position = i;
+                        progress.failed = rep.failed_pages();
+                        const bool go_on = !opts.progress || opts.progress(progress);
+                        if (!go_on || (opts.page_budget != 0 && attempted >= opts.page_budget)) break;
+                        if (opts.time_budget.count() > 0 && std::chrono::steady_clock::now() - start >= opts.time_budget) break;
+                        continue;
+                    }
+                    count = c;
+                }
+            }
         }
         for (std::size_t j = 0; j < count; ++j) addresses[j] = reinterpret_cast<void*>(plan.first + (i + j) * page);
         if (int err = sys_move_pages_query(count, addresses.data(), status.data())) {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <numeric>
 #include <string>
@@ -452,4 +453,89 @@ TEST(replace, report_prints_and_error_copies_share_the_report) {
     replace_error copy = e;
     EXPECT_EQ(&copy.report(), &e.report());
     EXPECT_EQ(copy.error_number(), EPERM);
+}
+
+namespace {
+// VMAs of this process that overlap [p, p + bytes), from /proc/self/maps.
+std::size_t vmas_over(const void* p, std::size_t bytes) {
+    std::FILE* f = std::fopen("/proc/self/maps", "r");
+    if (!f) return 0;
+    const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + bytes;
+    std::size_t n = 0;
+    unsigned long lo = 0, hi = 0;
+    char line[512];
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo < e && hi > b) ++n;
+    std::fclose(f);
+    return n;
+}
+} // namespace
+
+TEST(replace, uncounted_mode_places_every_page_with_one_vma_per_block) {
+    const topology& topo = topology::get();
+    const std::size_t n = (40u << 20) / sizeof(double); // several batches per block
+    const partition<double> part(n, topo.all(), std::vector<std::size_t>(topo.size(), 1), edge_alignment::page);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(i) + 0.25;
+    replace_options fast;
+    fast.count_pages = false;
+    replace_report r = replace(d, part, fallback::strict, fast);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(r.kernel_placed + r.moved + r.in_place + r.untouched, r.pages);
+    EXPECT_GT(r.kernel_placed, 0u);
+    const auto per_node = check_pages(d, n, part.blocks());
+    std::size_t non_empty = 0;
+    for (const auto& b : part.blocks()) {
+        non_empty += !b.empty();
+        EXPECT_EQ(per_node[static_cast<std::size_t>(b.node)], b.size() * sizeof(double) / page);
+    }
+    EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty) << "more VMAs than blocks";
+    // Again by the same partition: nothing splits further.
+    r = replace(d, part, fallback::strict, fast);
+    EXPECT_TRUE(r.complete());
+    EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], static_cast<double>(i) + 0.25);
+    // The counted mode too: one VMA per block.
+    r = replace(d, partition<double>(n, topo.with_cpus(), {}, edge_alignment::page));
+    EXPECT_EQ(vmas_over(d, n * sizeof(double)), topo.with_cpus().size());
+    memory::unmap(d, n * sizeof(double));
+}
+
+TEST(replace, uncounted_mode_still_counts_pages_that_cannot_move) {
+    const topology& topo = topology::get();
+    const std::size_t n = 256 * page / sizeof(double);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    ::madvise(d, n * sizeof(double), MADV_NOHUGEPAGE);
+    for (std::size_t i = 0; i < n; ++i) d[i] = 1.0;
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    const pid_t child = fork();
+    if (child == 0) {
+        char c = 1;
+        (void)!write(ready[1], &c, 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    const int home = page_node(d);
+    int other = home;
+    for (int id : topo.all())
+        if (id != home) other = id;
+    replace_options fast;
+    fast.count_pages = false;
+    replace_report r = replace(d, n * sizeof(double), on_node(other, node_policy::bind, fallback::degrade), fast);
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    if (other == home) {
+        EXPECT_TRUE(r.complete()) << r.summary();
+        EXPECT_EQ(r.kernel_placed, 256u);
+    } else {
+        EXPECT_EQ(r.failed(EACCES), 256u) << r.summary();
+        EXPECT_EQ(r.kernel_placed, 0u);
+        EXPECT_FALSE(r.complete());
+    }
+    close(ready[0]);
+    close(ready[1]);
+    memory::unmap(d, n * sizeof(double));
 }
