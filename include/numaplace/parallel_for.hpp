@@ -3,8 +3,10 @@
 
 /// \file
 /// NUMA-aware loops on oneTBB: one `tbb::task_arena` per node with CPUs, constrained to that node's
-/// cores; `parallel_for(partition, body)` runs block k in arena k, where `partitioned_allocator` put
-/// block k's pages. The only header that includes oneTBB.
+/// cores; `parallel_for(partition<T>, body)` runs block k in arena k, where `partitioned_allocator<T>` put
+/// block k's pages (indexes are the partition's units: rows of a rows partition); `parallel_for(container,
+/// body)`, `partition_of(container)` and `first_touch(container)` cover the container's elements. The only
+/// header that includes oneTBB.
 
 #include "allocator.hpp"
 #include "detail/hwloc.hpp"
