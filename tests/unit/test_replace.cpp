@@ -498,3 +498,20 @@ TEST(replace, one_vma_per_block_and_no_further_split) {
     memory::unmap(d, n * sizeof(double));
 }
 
+
+TEST(replace, rows_partition_moves_whole_rows_per_block) {
+    const std::size_t m = 777, n = 1001; // rows not a whole number of pages
+    std::vector<double> a(m * n);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i % 97);
+    const std::uint64_t sum = checksum(a.data(), a.size());
+    const partition<double> rows = partition<double>::rows(m, n, topology::get().with_cpus(), {}, edge_alignment::page);
+    replace_report r = replace(a.data(), rows);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(checksum(a.data(), a.size()), sum);
+    check_pages(a.data(), a.size(), rows.elements().blocks());
+    EXPECT_EQ(where(a.data(), rows).remote, 0u);
+    // The container overload takes the rows partition of its elements too.
+    r = replace(a, rows);
+    EXPECT_EQ(r.moved, 0u);
+    EXPECT_THROW(replace(a, partition<double>::rows(m, n + 1)), invalid_placement);
+}
