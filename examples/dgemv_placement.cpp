@@ -6,7 +6,10 @@
 // --expect-locality (used by the multi-node guest tests, which never look at the times): exit 1 unless
 // the partitioned placement is 100 % local at every thread count and, where there are several nodes with
 // CPUs, the serially initialised matrix is not (the seeds' problem, shown by where()).
+// With --replace the replaced matrix must be 100 % local too.
 #include "dgemv_placements.hpp"
+
+#include <numaplace/balancing.hpp>
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
@@ -124,6 +127,8 @@ int main(int argc, char** argv) {
             replaced_min = std::min(replaced_min, by_rows);
             std::printf("%-14s %7s %10s %8s %8s %9s %9.2f\n", "A replaced", "", "", "", "", "", by_rows);
         }
+        const double locality_before = m.locality();
+        const auto balancing_before = numaplace::balancing_counters::read();
         double one = 0;
         for (int t = 1; t <= max_threads; ++t) {
             progress("[%s] %d thread(s)...                              \r", name(kind), t);
@@ -142,6 +147,10 @@ int main(int argc, char** argv) {
                         gbps / limit[static_cast<std::size_t>(t)], local, correct ? "" : "  WRONG RESULT");
             std::fflush(stdout);
         }
+        const auto bal = numaplace::balancing_counters::read().since(balancing_before);
+        std::printf("%-14s locality %.2f -> %.2f over the runs; kernel: numa_pages_migrated +%llu, numa_hint_faults "
+                    "+%llu (+%llu local)\n", "", locality_before, m.locality(), (unsigned long long)bal.pages_migrated,
+                    (unsigned long long)bal.hint_faults, (unsigned long long)bal.hint_faults_local);
     }
     progress("%60s\r", "");
     std::printf("\nlocality = fraction of A's pages on the node of the thread that computes them.\n"

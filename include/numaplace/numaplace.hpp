@@ -5,6 +5,7 @@
 /// Umbrella header: every public numaplace header.
 
 #include "allocator.hpp"
+#include "balancing.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "parallel_for.hpp"
@@ -13,6 +14,7 @@
 #include "pmr.hpp"
 #include "replace.hpp"
 #include "replicated.hpp"
+#include "shared_segment.hpp"
 #include "topology.hpp"
 #include "where.hpp"
 

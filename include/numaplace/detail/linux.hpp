@@ -28,6 +28,8 @@ enum : int {
     mpol_preferred_many = 5,     // Linux 5.15
     mpol_weighted_interleave = 6 // Linux 6.9
 };
+/// Mode flag: with MPOL_BIND, automatic NUMA balancing may migrate pages among the bound nodes (5.12).
+constexpr int mpol_f_numa_balancing = 1 << 13;
 constexpr unsigned mpol_mf_strict = 1u << 0;
 constexpr unsigned mpol_mf_move = 1u << 1;
 
