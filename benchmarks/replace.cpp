@@ -142,7 +142,7 @@ void BM_Replace_1GiB_Ratios(benchmark::State& state) {
     state.counters["speed_vs_mbind_mf_move"] = t_mbind / t_replace;
     state.SetBytesProcessed(static_cast<std::int64_t>(state.iterations() * gib));
 }
-BENCHMARK(BM_Replace_1GiB_Ratios)->Iterations(5)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Replace_1GiB_Ratios)->Iterations(15)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // Each variant alone (for the JSON plot).
 template <double (*F)(buffer&, unsigned)>

@@ -271,6 +271,32 @@ inline void plan_partition(replace_plan& plan, const basic_partition& e /* eleme
     }
 }
 
+// target_os[j] = OS node of page first + j, for j < count (runs walked once, not searched per page).
+inline void fill_targets(const replace_plan& plan, const topology& topo, std::size_t first, std::size_t count,
+                         std::vector<unsigned>& target_os) {
+    if (!plan.interleave.empty()) {
+        const std::size_t n = plan.interleave.size();
+        std::size_t k = ((plan.first / plan.page_size()) + first) % n;
+        for (std::size_t j = 0; j < count; ++j) {
+            target_os[j] = topo.at(plan.interleave[k]).os_index;
+            if (++k == n) k = 0;
+        }
+        return;
+    }
+    auto run = std::upper_bound(plan.runs.begin(), plan.runs.end(), first,
+                                [](std::size_t p, const std::pair<std::size_t, int>& r) { return p < r.first; });
+    if (run != plan.runs.begin()) --run;
+    std::size_t j = 0;
+    while (j < count) {
+        const unsigned os = topo.at(run->second).os_index;
+        const auto next = std::next(run);
+        const std::size_t end = next == plan.runs.end() ? count : std::min(count, next->first - first);
+        for (; j < end; ++j) target_os[j] = os;
+        if (next == plan.runs.end()) break;
+        run = next;
+    }
+}
+
 inline void record_failure(std::vector<replace_failure>& failures, int error, std::size_t pages) {
     if (pages == 0) return;
     for (auto& f : failures)
@@ -370,6 +396,7 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
     move_status.reserve(addresses.size());
     move_index.reserve(addresses.size());
     std::vector<int> after_status(addresses.size());
+    std::vector<unsigned> target_os(addresses.size());
 
     std::size_t i = rep.first_page;
     std::size_t attempted = 0; // pages handed to move_pages: what the page budget counts
@@ -398,9 +425,9 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
         move_addr.clear();
         move_node.clear();
         move_index.clear();
+        fill_targets(plan, topo, i, count, target_os);
         for (std::size_t j = 0; j < count; ++j) {
-            const int target = plan.node_of(i + j);
-            const unsigned os = topo.at(target).os_index;
+            const unsigned os = target_os[j];
             if (status[j] >= 0 && static_cast<unsigned>(status[j]) != os) {
                 if (move_addr.size() == allowed) {
                     cut = j;
@@ -452,7 +479,7 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
         }
         for (std::size_t j = 0; j < cut; ++j) {
             count_page(rep.after, after_status[j], topo);
-            if (status[j] >= 0 && static_cast<unsigned>(status[j]) == topo.at(plan.node_of(i + j)).os_index) ++rep.in_place;
+            if (status[j] >= 0 && static_cast<unsigned>(status[j]) == target_os[j]) ++rep.in_place;
         }
         i += cut;
         progress.scanned = i - rep.first_page;
