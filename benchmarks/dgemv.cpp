@@ -13,12 +13,17 @@
 //
 // Names: BM_Dgemv_<read_limit_<strategy>|openblas|partitioned|partitioned_hugepage|serial_init|parallel_init|
 //                  interleaved|node0>/threads:T
-// Counters: GBps, GFLOPs, locality (pages on the node of the thread that computes them, from where()).
+// Counters: GBps, GFLOPs, locality (pages on the node of the thread that computes them, from where()),
+// locality_before (before the timed iterations) and the kernel's NUMA balancing counters over them
+// (numa_pages_migrated, numa_hint_faults, numa_hint_faults_local from /proc/vmstat, system-wide; 0 unless
+// kernel.numa_balancing is on).
 // The matrix of the partitioned placement (read by the probes, OpenBLAS and our kernel) lives for the
 // whole run; the other placements share a second slot, rebuilt when another placement runs.
 // Quick comparison: --benchmark_filter='read_limit|openblas|partitioned'.
 // Plot: benchmarks/plot_dgemv.py results.json out.png
 #include "dgemv_placements.hpp"
+
+#include <numaplace/balancing.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -105,8 +110,15 @@ void run_placement(benchmark::State& state, placement_kind kind, bool huge_pages
         state.SkipWithError("wrong result");
         return;
     }
+    const double locality_before = m.locality();
+    const auto balancing_before = numaplace::balancing_counters::read();
     const double seconds = timed(state, [&] { m.multiply(); });
+    const auto bal = numaplace::balancing_counters::read().since(balancing_before);
     finish(state, threads, seconds, m.bytes(), m.locality());
+    state.counters["locality_before"] = locality_before;
+    state.counters["numa_pages_migrated"] = static_cast<double>(bal.pages_migrated);
+    state.counters["numa_hint_faults"] = static_cast<double>(bal.hint_faults);
+    state.counters["numa_hint_faults_local"] = static_cast<double>(bal.hint_faults_local);
 }
 
 #ifdef NUMAPLACE_HAVE_OPENBLAS
