@@ -10,6 +10,8 @@
 //   node0          node_allocator(0): everything bound to node 0
 //   partitioned    partitioned_allocator over partition<double>::rows(M, N) (blocks of whole rows),
 //                  filled and computed by numaplace::parallel_for on that same rows partition
+//   replaced       filled by one thread as serial_init, then numaplace::replace to the rows partition
+//                  (pages moved, contents kept), computed by numaplace::parallel_for on it
 #ifndef NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 #define NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 
@@ -26,9 +28,11 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 namespace numaplace::bench {
 
-enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned };
+enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced };
 
 inline const char* name(placement_kind p) noexcept {
     switch (p) {
@@ -37,6 +41,7 @@ inline const char* name(placement_kind p) noexcept {
     case placement_kind::interleaved: return "interleaved";
     case placement_kind::node0: return "node0";
     case placement_kind::partitioned: return "partitioned";
+    case placement_kind::replaced: return "replaced";
     }
     return "?";
 }
@@ -55,8 +60,10 @@ inline double x_value(std::size_t j) noexcept { return static_cast<double>(j % 1
 /// An M x N row-major matrix placed one way, with x and y.
 class placed_matrix {
 public:
-    placed_matrix(placement_kind kind, std::size_t m, std::size_t n)
-        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0) {
+    /// \param huge_pages: madvise(MADV_HUGEPAGE) A before it is first written (a measurement of what
+    /// transparent huge pages in `madvise` mode give; the placement's own advice is overridden).
+    placed_matrix(placement_kind kind, std::size_t m, std::size_t n, bool huge_pages = false)
+        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0), huge_pages_(huge_pages) {
         const std::size_t count = m * n, bytes = count * sizeof(double);
         switch (kind) {
         case placement_kind::serial_init:
@@ -67,7 +74,12 @@ public:
         case placement_kind::interleaved: take_from(interleaved_allocator<double>(topology::get().all()), count); break;
         case placement_kind::node0: take_from(node_allocator<double>(0), count); break;
         case placement_kind::partitioned: take_from(partitioned_allocator<double>(rows_), count); break;
+        case placement_kind::replaced: // aligned as the partitioned allocation, so the same edges hold
+            a_ = static_cast<double*>(memory::map(bytes, rows_.alignment()));
+            release_ = [bytes](double* p) { memory::unmap(p, bytes); };
+            break;
         }
+        if (huge_pages) ::madvise(a_, bytes, MADV_HUGEPAGE);
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
     }
@@ -76,6 +88,7 @@ public:
     placed_matrix& operator=(const placed_matrix&) = delete;
 
     placement_kind kind() const noexcept { return kind_; }
+    bool huge_pages() const noexcept { return huge_pages_; }
     std::size_t rows() const noexcept { return m_; }
     std::size_t cols() const noexcept { return n_; }
     std::size_t bytes() const noexcept { return m_ * n_ * sizeof(double); }
@@ -95,10 +108,13 @@ public:
         for_rows([=](std::size_t b, std::size_t e) { dgemv_rows(a, n, x, y, b, e, n); });
     }
     /// \returns the sum of all of A read in parallel the same way (the read-bandwidth probe).
-    double read_all() const {
+    double read_all() const { return read_all(&read_sum); }
+    /// \returns all of A read in parallel the same way by `read` (a probe::strategies() entry), each
+    /// subrange of rows at a time, as the kernel reads them.
+    double read_all(double (*read)(const double*, std::size_t) noexcept) const {
         const double* a = a_;
         const std::size_t n = n_;
-        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read_sum(a + r.begin() * n, r.size() * n); },
+        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read(a + r.begin() * n, r.size() * n); },
                                [](double p, double q) { return p + q; });
     }
     /// \returns true if y matches the naive in-order product on a sample of rows.
@@ -134,7 +150,8 @@ private:
     void for_rows(F&& f) const {
         auto rows = [&f](const tbb::blocked_range<std::size_t>& r) { f(r.begin(), r.end()); };
         const tbb::blocked_range<std::size_t> all(0, m_);
-        if (kind_ == placement_kind::partitioned) parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
+        if (kind_ == placement_kind::partitioned || kind_ == placement_kind::replaced)
+            parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
         else if (kind_ == placement_kind::parallel_init) tbb::parallel_for(all, rows, tbb::static_partitioner());
         else tbb::parallel_for(all, rows);
     }
@@ -148,8 +165,9 @@ private:
             for (std::size_t i = b; i < e; ++i)
                 for (std::size_t j = 0; j < n; ++j) a[i * n + j] = a_value(i, j);
         };
-        if (kind_ == placement_kind::serial_init) fill(0, m_);
+        if (kind_ == placement_kind::serial_init || kind_ == placement_kind::replaced) fill(0, m_);
         else for_rows(fill);
+        if (kind_ == placement_kind::replaced) replace(static_cast<const double*>(a_), rows_, fallback::degrade);
     }
 
     // Takes A from a numaplace allocator; the matrix gives it back with the same allocator.
@@ -163,6 +181,7 @@ private:
     std::size_t m_, n_;
     partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
     std::vector<double> x_, y_;
+    bool huge_pages_;
     double* a_ = nullptr;
     std::function<void(double*)> release_;
 };

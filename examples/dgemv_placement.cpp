@@ -1,10 +1,12 @@
 // The DGEMV placement demo: c = A*b for every placement of A at 1..all threads, in the seeds' table
 // form (threads, time, speedup) plus GB/s, the fraction of the read-bandwidth limit and the locality
 // where() measures against the threads that compute. Timings here, never inside a guest.
-//   dgemv_placement [--size N] [--threads T] [--reps R] [--expect-locality]
+//   dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality]
+// --replace adds the row "replaced": serial init, then numaplace::replace to the rows partition.
 // --expect-locality (used by the multi-node guest tests, which never look at the times): exit 1 unless
 // the partitioned placement is 100 % local at every thread count and, where there are several nodes with
 // CPUs, the serially initialised matrix is not (the seeds' problem, shown by where()).
+// With --replace the replaced matrix must be 100 % local too.
 #include "dgemv_placements.hpp"
 
 #include <numaplace/balancing.hpp>
@@ -56,7 +58,7 @@ void progress(const char* format, Args... args) {
 }
 
 int usage() {
-    std::fprintf(stderr, "usage: dgemv_placement [--size N] [--threads T] [--reps R] [--expect-locality]\n");
+    std::fprintf(stderr, "usage: dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality]\n");
     return 2;
 }
 } // namespace
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
     while (n > 2000 && n * n * sizeof(double) > avail / 3) n -= 1000;
     int max_threads = tbb::info::default_concurrency();
     int reps = 5;
-    bool expect_locality = false;
+    bool expect_locality = false, with_replace = false;
     for (int i = 1; i < argc; ++i) {
         auto value = [&](const char* flag) -> const char* {
             if (std::strcmp(argv[i], flag) != 0) return nullptr;
@@ -79,6 +81,7 @@ int main(int argc, char** argv) {
         else if (const char* t = value("--threads")) max_threads = std::atoi(t);
         else if (const char* r = value("--reps")) reps = std::atoi(r);
         else if (std::strcmp(argv[i], "--expect-locality") == 0) expect_locality = true;
+        else if (std::strcmp(argv[i], "--replace") == 0) with_replace = true;
         else return usage();
     }
     if (n == 0 || max_threads < 1 || reps < 1) return usage();
@@ -99,6 +102,8 @@ int main(int argc, char** argv) {
     // matrix at a time).
     std::vector<placement_kind> order{placement_kind::partitioned, placement_kind::serial_init,
                                       placement_kind::parallel_init, placement_kind::interleaved, placement_kind::node0};
+    if (with_replace) order.push_back(placement_kind::replaced);
+    double replaced_min = 1.0;
     for (placement_kind kind : order) {
         progress("[%s] allocating and initialising %.2f GB...\r", name(kind),
                      static_cast<double>(n * n * sizeof(double)) / 1e9);
@@ -117,6 +122,11 @@ int main(int argc, char** argv) {
                             "1.00", "");
             }
         }
+        if (kind == placement_kind::replaced) { // serial init, then replace(): pages by the rows partition
+            const double by_rows = numaplace::where(m.a(), m.row_partition()).fraction();
+            replaced_min = std::min(replaced_min, by_rows);
+            std::printf("%-14s %7s %10s %8s %8s %9s %9.2f\n", "A replaced", "", "", "", "", "", by_rows);
+        }
         const double locality_before = m.locality();
         const auto balancing_before = numaplace::balancing_counters::read();
         double one = 0;
@@ -131,6 +141,7 @@ int main(int argc, char** argv) {
             const double gbps = static_cast<double>(m.bytes()) / s / 1e9;
             const double local = m.locality();
             if (kind == placement_kind::partitioned) partitioned_min = std::min(partitioned_min, local);
+            if (kind == placement_kind::replaced) replaced_min = std::min(replaced_min, local);
             if (kind == placement_kind::serial_init && t == max_threads) serial_at_max = local;
             std::printf("%-14s %7d %10.1f %8.2f %8.2f %9.2f %9.2f%s\n", name(kind), t, s * 1e3, one / s, gbps,
                         gbps / limit[static_cast<std::size_t>(t)], local, correct ? "" : "  WRONG RESULT");
@@ -147,9 +158,10 @@ int main(int argc, char** argv) {
                 "11.2 with parallel init.\n");
     if (expect_locality) {
         const bool several = topo.with_cpus().size() > 1;
-        const bool ok = partitioned_min == 1.0 && (!several || serial_at_max < 0.9);
+        const bool ok = partitioned_min == 1.0 && replaced_min == 1.0 && (!several || serial_at_max < 0.9);
         std::printf("locality check: partitioned min %.3f (want 1), serial_init at %d threads %.3f (want < 0.9 "
                     "with several nodes): %s\n", partitioned_min, max_threads, serial_at_max, ok ? "ok" : "FAILED");
+        if (with_replace) std::printf("locality check: replaced min %.3f (want 1)\n", replaced_min);
         if (!ok) return 1;
     }
     return all_correct ? 0 : 1;

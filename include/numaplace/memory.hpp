@@ -20,6 +20,7 @@
 /// before anything is mapped.
 
 #include "detail/linux.hpp"
+#include "detail/placed.hpp"
 #include "error.hpp"
 #include "topology.hpp"
 
@@ -93,6 +94,7 @@ inline void unmap(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     const std::size_t length = page_round(bytes == 0 ? 1 : bytes);
     detail::forget_reservations(p, length);
+    numaplace::detail::placed_buffers::instance().released(p, length); // before: the address may be reused
     ::munmap(p, length);
 }
 

@@ -12,6 +12,8 @@
 #include "partition.hpp"
 #include "placement.hpp"
 #include "pmr.hpp"
+#include "replace.hpp"
+#include "replicated.hpp"
 #include "shared_segment.hpp"
 #include "topology.hpp"
 #include "where.hpp"
