@@ -469,8 +469,11 @@ void run_blocks_here(const std::vector<block>& blocks, Fn& fn) {
 template <class F>
 void enqueue(tbb::task_arena& arena, tbb::task_group& group, F&& f) {
 #if TBB_INTERFACE_VERSION >= 12060
-    arena.enqueue(group.defer(std::forward<F>(f)));
+    tbb::task_handle task = group.defer(std::forward<F>(f)); // copies the closure into the task
+    NUMAPLACE_HANDOVER_RELEASE(); // after the copy: the worker that runs it reads that closure
+    arena.enqueue(std::move(task));
 #else
+    NUMAPLACE_HANDOVER_RELEASE();
     arena.execute([&] { group.run(std::forward<F>(f)); });
 #endif
 }
