@@ -200,7 +200,7 @@ private:
             runner_.push_back(n.has_cpus() ? n.id : best);
         }
         report_.tbb_numa_nodes.clear();
-        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(static_cast<int>(id));
+        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);
         report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
         if (cpu_nodes.size() <= 1) {
             report_.pinning = pinning::single_node;
@@ -215,7 +215,7 @@ private:
             bool listed = false;
             for (int id : report_.tbb_numa_nodes) listed = listed || id == k;
             agrees = agrees && listed &&
-                     tbb::info::default_concurrency(static_cast<tbb::numa_node_id>(k)) ==
+                     tbb::info::default_concurrency(k) ==
                          static_cast<int>(topo.at(k).cpus.size());
         }
         const auto& caps = topo.capabilities();
@@ -257,7 +257,8 @@ private:
                 if (!arenas_[static_cast<std::size_t>(k)])
 #endif
                 {
-                    tbb::task_arena::constraints c(static_cast<tbb::numa_node_id>(k), threads);
+                    tbb::task_arena::constraints c; // no (id, concurrency) constructor in C++20 mode
+                    c.set_numa_id(k).set_max_concurrency(threads);
                     arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(c, 0u);
                 }
             } else {
@@ -475,7 +476,7 @@ void first_touch(T* data, const partition& part) {
     const std::size_t s = sizeof(T);
     if (part.size() == 0) return;
     memory::keep_huge_pages_off_edges(data, part.size() * s, part);
-    parallel_for(part, [data, s](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * s); },
+    parallel_for(part, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }
 
