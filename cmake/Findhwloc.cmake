@@ -44,5 +44,6 @@ endif()
 if(TARGET hwloc::hwloc)
     set(_hwloc_target_found TRUE)
 endif()
-find_package_handle_standard_args(hwloc REQUIRED_VARS _hwloc_target_found VERSION_VAR hwloc_VERSION)
+find_package_handle_standard_args(hwloc REQUIRED_VARS _hwloc_target_found VERSION_VAR hwloc_VERSION
+                                  NAME_MISMATCHED)
 unset(_hwloc_target_found)
