@@ -61,7 +61,7 @@ void BM_Large_interleaved_allocator(benchmark::State& state) {
     large_allocator(state, numaplace::interleaved_allocator<char>(numaplace::topology::get().all()));
 }
 void BM_Large_partitioned_allocator_first_touch(benchmark::State& state) {
-    numaplace::partition part(gib, 1);
+    numaplace::partition<char> part(gib);
     numaplace::partitioned_allocator<char> a(part);
     large_cycle(state, [&] { return static_cast<void*>(a.allocate(gib)); },
                 [&](void* p) { numaplace::first_touch(static_cast<char*>(p), part); },

@@ -8,8 +8,8 @@
 //                  (the same rows go to the same thread in both loops: first touch done right by hand)
 //   interleaved    interleaved_allocator over all nodes, compute with tbb::parallel_for
 //   node0          node_allocator(0): everything bound to node 0
-//   partitioned    partitioned_allocator over a partition of the rows, filled and computed by
-//                  numaplace::parallel_for on that same partition
+//   partitioned    partitioned_allocator over partition<double>::rows(M, N) (blocks of whole rows),
+//                  filled and computed by numaplace::parallel_for on that same rows partition
 #ifndef NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 #define NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 
@@ -56,7 +56,7 @@ inline double x_value(std::size_t j) noexcept { return static_cast<double>(j % 1
 class placed_matrix {
 public:
     placed_matrix(placement_kind kind, std::size_t m, std::size_t n)
-        : kind_(kind), m_(m), n_(n), rows_(m, n * sizeof(double)), x_(n), y_(m, 0.0) {
+        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0) {
         const std::size_t count = m * n, bytes = count * sizeof(double);
         switch (kind) {
         case placement_kind::serial_init:
@@ -82,7 +82,8 @@ public:
     const double* a() const noexcept { return a_; }
     const double* x() const noexcept { return x_.data(); }
     double* y() noexcept { return y_.data(); }
-    const partition& row_partition() const noexcept { return rows_; }
+    /// \returns A's rows partition: its indexes are rows, `where(a(), row_partition())` inspects all m*n elements.
+    const partition<double>& row_partition() const noexcept { return rows_; }
 
     /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
     /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
@@ -160,7 +161,7 @@ private:
 
     placement_kind kind_;
     std::size_t m_, n_;
-    partition rows_;
+    partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
     std::vector<double> x_, y_;
     double* a_ = nullptr;
     std::function<void(double*)> release_;

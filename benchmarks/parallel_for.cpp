@@ -12,7 +12,7 @@ namespace {
 constexpr std::size_t stream_n = std::size_t(1) << 25; // 3 arrays x 256 MiB
 
 struct arrays {
-    numaplace::partition part{stream_n, sizeof(double)};
+    numaplace::partition<double> part{stream_n};
     numaplace::partitioned_vector<double> a, b, c;
     arrays()
         : a(stream_n, numaplace::partitioned_allocator<double>(part)),
@@ -64,7 +64,7 @@ void BM_Stream_tbb(benchmark::State& state) {
 
 void BM_Empty_numaplace(benchmark::State& state) {
     const auto n = static_cast<std::size_t>(state.range(0));
-    numaplace::partition part(n, sizeof(double));
+    numaplace::partition<double> part(n);
     for (auto _ : state) numaplace::parallel_for(part, [](numaplace::subrange r) { benchmark::DoNotOptimize(r.begin()); });
     state.SetItemsProcessed(state.iterations() * state.range(0));
 }

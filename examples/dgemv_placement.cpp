@@ -161,6 +161,11 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality) {
                      static_cast<double>(n * n * sizeof(double)) / 1e9);
         placed_matrix m(kind, n, n);
         if (kind == placement_kind::partitioned) {
+            // A is placed by partition<double>::rows(n, n): where() checks all n*n elements' pages against
+            // the node of their row's block (the rows partition the allocator and the loop share).
+            const double by_rows = numaplace::where(m.a(), m.row_partition()).fraction();
+            partitioned_min = std::min(partitioned_min, by_rows);
+            std::printf("%-14s %7s %10s %8s %8s %9s %9.2f\n", "A by rows", "", "", "", "", "", by_rows);
             for (int t = 1; t <= max_threads; ++t) {
                 tbb::global_control gc(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(t));
                 const double s = best_seconds(reps, [&] { volatile double v = m.read_all(); (void)v; });

@@ -19,7 +19,7 @@ int run() {
     for (int id : nodes) maps.emplace_back(0, std::hash<long>(), std::equal_to<long>(), numaplace::node_allocator<value>(id));
 
     // One element per node, so parallel_for runs one block on each node: that block fills its node's map.
-    numaplace::partition part(nodes.size() * 4096, 1);
+    numaplace::partition<char> part(nodes.size() * 4096);
     numaplace::parallel_for(part, [&](numaplace::subrange r) {
         if (r.begin() % 4096 != 0) return; // the first index of each block does the work
         auto& m = maps[static_cast<std::size_t>(std::find(nodes.begin(), nodes.end(), r.node()) - nodes.begin())];

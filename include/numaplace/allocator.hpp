@@ -27,6 +27,40 @@
 
 namespace numaplace {
 
+namespace detail {
+// The default placement of allocator<T, P>: P() where it exists, the default partition of T for
+// partitioned.
+template <class P, class T, class = void>
+struct default_placement {};
+template <class P, class T>
+struct default_placement<P, T, std::enable_if_t<std::is_default_constructible<P>::value>> {
+    static P make() { return P(); }
+};
+template <class T>
+struct default_placement<partitioned, T, void> {
+    static partitioned make() { return partitioned(partition<T>(0)); }
+};
+
+template <class T, class A>
+struct wrong_partition : std::false_type {};
+template <class T, class U>
+struct wrong_partition<T, partition<U>> : std::integral_constant<bool, !std::is_same<T, U>::value> {};
+
+// A placement that knows its element size (partitioned) must match T.
+template <class T, class P>
+auto check_element_size(const P& p, int) -> decltype(p.element_size(), void()) {
+    if (p.element_size() != sizeof(T))
+        throw_invalid("partitioned placement of " + std::to_string(p.element_size()) + "-byte elements in an allocator of " +
+                      std::to_string(sizeof(T)) + "-byte elements");
+}
+template <class T, class P>
+void check_element_size(const P&, long) noexcept {}
+template <class T, class P>
+void check_element_size(const P& p) {
+    check_element_size<T>(p, 0);
+}
+} // namespace detail
+
 /// An allocator whose memory is placed by `Placement` (on_node, preferred_many, interleaved,
 /// partitioned). Meets the C++17 Allocator requirements.
 ///
@@ -50,16 +84,34 @@ public:
         using other = allocator<U, Placement>;
     };
 
-    /// \throws what the placement's constructor throws (unknown_node, invalid_placement).
-    template <class... Args, class = std::enable_if_t<std::is_constructible<Placement, Args&&...>::value>>
-    explicit allocator(Args&&... args) : placement_(std::forward<Args>(args)...) {}
-    allocator(const Placement& p) : placement_(p) {} // NOLINT: implicit on purpose, a placement is an allocator
-    // Copy only, no move: a moved-from allocator must stay equal to what it was (Allocator
-    // requirements, LWG 2593). Containers rely on it: libstdc++'s deque move constructor leaves the
-    // source a fresh map that it later frees with the moved-from allocator. Moving the placement would
-    // empty its node set / partition there.
-    allocator(const allocator&) = default;
-    allocator& operator=(const allocator&) = default;
+    /// \effects the default placement: `Placement()` (e.g. `interleaved` over all nodes); for
+    /// `partitioned_allocator<T>`, the default partition of T (nodes with CPUs, weighted by cores), so
+    /// `std::vector<double, partitioned_allocator<double>> v(n)` places v by blocks.
+    /// \throws what that placement's constructor throws.
+    template <class P = Placement, class = decltype(detail::default_placement<P, T>::make())>
+    allocator() : placement_(detail::default_placement<P, T>::make()) {}
+    /// \effects constructs the placement from `args` (e.g. `partitioned_allocator<T>(partition<T>)`,
+    /// `node_allocator<T>(1)`). \throws what the placement's constructor throws (unknown_node,
+    /// invalid_placement); invalid_placement for a partitioned placement of another element size.
+    template <class A0, class... Args,
+              class = std::enable_if_t<std::is_constructible<Placement, A0&&, Args&&...>::value &&
+                                       !detail::wrong_partition<T, std::decay_t<A0>>::value &&
+                                       !std::is_same<std::decay_t<A0>, allocator>::value>>
+    explicit allocator(A0&& a0, Args&&... args) : placement_(std::forward<A0>(a0), std::forward<Args>(args)...) {
+        detail::check_element_size<T>(placement_);
+    }
+    /// A partition of another element type: does not compile (the loop would cover another index space).
+    template <class U, class... Args, class = std::enable_if_t<!std::is_same<U, T>::value>>
+    explicit allocator(const partition<U>&, Args&&...) = delete;
+    /// \throws invalid_placement for a partitioned placement of another element size.
+    allocator(const Placement& p) : placement_(p) { // NOLINT: implicit on purpose, a placement is an allocator
+        detail::check_element_size<T>(placement_);
+    }
+    // Trivially copyable (the placement is a handle to interned state): copies never throw, a moved-from
+    // allocator equals its source (Allocator requirements, LWG 2593; libstdc++'s deque frees with it),
+    // and destruction is trivial, so a copy a node handle drops (libstdc++ 12 re-insertion) leaks nothing.
+    allocator(const allocator&) noexcept = default;
+    allocator& operator=(const allocator&) noexcept = default;
     template <class U>
     allocator(const allocator<U, Placement>& other) noexcept : placement_(other.placement()) {}
 
@@ -111,14 +163,21 @@ private:
     Placement placement_;
 };
 
+static_assert(std::is_trivially_copyable<allocator<double, partitioned>>::value &&
+                  std::is_trivially_copyable<allocator<double, interleaved>>::value &&
+                  std::is_trivially_copyable<allocator<double, preferred_many>>::value &&
+                  std::is_trivially_copyable<allocator<double, on_node>>::value,
+              "numaplace allocators are trivially copyable handles");
+
 /// All pages on one node (bound or preferred): `node_allocator<double> a(1);`
 template <class T>
 using node_allocator = allocator<T, on_node>;
 /// Pages round robin over a node set, optionally weighted: `interleaved_allocator<double> a(node_set{0, 1});`
 template <class T>
 using interleaved_allocator = allocator<T, interleaved>;
-/// Contiguous blocks of the array on successive nodes, per a `partition` shared with `parallel_for`:
-/// `partitioned_allocator<double> a(partition(n, sizeof(double)));`
+/// Contiguous blocks of the array on successive nodes, per a `partition<T>` shared with `parallel_for`:
+/// `partitioned_allocator<double> a(partition<double>(n));` or `partitioned_allocator<double> a;` (the
+/// default partition of double). Takes only a `partition<T>` (another element type does not compile).
 template <class T>
 using partitioned_allocator = allocator<T, partitioned>;
 

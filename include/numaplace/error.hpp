@@ -10,6 +10,7 @@
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace numaplace {
@@ -43,26 +44,38 @@ public:
 /// Memory could not be placed as a strict placement demands: the kernel refused the binding (e.g.
 /// `EPERM` under a seccomp filter), the node has not that much memory, or the mapping failed.
 /// Derived from `std::bad_alloc`, so code that handles allocation failure handles this too.
+/// Copying it never throws and `what()` never allocates: the message lives in a `std::runtime_error`
+/// member (a reference-counted, nothrow-copyable string in libstdc++), the details are fields.
 class placement_error : public std::bad_alloc {
 public:
     placement_error(int node, std::size_t bytes, int error_number, const std::string& what)
         : node_(node), bytes_(bytes), errno_(error_number),
           what_("numaplace: " + what + " (node " + (node < 0 ? std::string("any") : std::to_string(node)) +
                 ", " + std::to_string(bytes) + " bytes, errno " + std::to_string(error_number) + ")") {}
+    // Copy only (moves copy): a moved-from error keeps its message; copies share it and never throw.
+    placement_error(const placement_error&) noexcept = default;
+    placement_error& operator=(const placement_error&) noexcept = default;
     /// \returns the node id the memory was meant for, or -1 when it concerns several nodes.
     int node() const noexcept { return node_; }
     /// \returns the size of the request in bytes.
     std::size_t bytes() const noexcept { return bytes_; }
     /// \returns the `errno` the kernel gave (`ENOMEM` when numaplace refused it beforehand).
     int error_number() const noexcept { return errno_; }
-    const char* what() const noexcept override { return what_.c_str(); }
+    const char* what() const noexcept override { return what_.what(); }
 
 private:
     int node_;
     std::size_t bytes_;
     int errno_;
-    std::string what_;
+    std::runtime_error what_;
 };
+
+static_assert(std::is_nothrow_copy_constructible<placement_error>::value &&
+                  std::is_nothrow_copy_assignable<placement_error>::value,
+              "exceptions must copy without throwing");
+static_assert(std::is_nothrow_copy_constructible<unknown_node>::value &&
+                  std::is_nothrow_copy_constructible<invalid_placement>::value,
+              "exceptions must copy without throwing");
 
 namespace detail {
 // Kept out of line in spirit (noinline, cold) so the throwing code does not bloat the callers.

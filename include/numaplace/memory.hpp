@@ -7,7 +7,6 @@
 
 #include "detail/linux.hpp"
 #include "error.hpp"
-#include "partition.hpp"
 #include "topology.hpp"
 
 #include <cerrno>
@@ -74,13 +73,6 @@ inline void touch(void* p, std::size_t bytes) noexcept {
 /// placement works page by page. No effect when THP is off.
 inline void forbid_huge_pages(void* p, std::size_t bytes) noexcept {
     if (topology::get().capabilities().thp != "never") ::madvise(p, page_round(bytes), MADV_NOHUGEPAGE);
-}
-
-/// \effects keeps transparent huge pages off [p, p+bytes) when `part`'s block edges are only
-/// small-page-aligned (see edge_alignment): a huge page straddling two blocks would be faulted in whole
-/// by one of them. Used by the partitioned placement and by first_touch.
-inline void keep_huge_pages_off_edges(void* p, std::size_t bytes, const partition& part) noexcept {
-    if (part.needs_no_huge_pages()) forbid_huge_pages(p, bytes);
 }
 
 /// Kernel memory policy modes numaplace uses.

@@ -3,8 +3,10 @@
 
 /// \file
 /// NUMA-aware loops on oneTBB: one `tbb::task_arena` per node with CPUs, constrained to that node's
-/// cores; `parallel_for(partition, body)` runs block k in arena k, where `partitioned_allocator` put
-/// block k's pages. The only header that includes oneTBB.
+/// cores; `parallel_for(partition<T>, body)` runs block k in arena k, where `partitioned_allocator<T>` put
+/// block k's pages (indexes are the partition's units: rows of a rows partition); `parallel_for(container,
+/// body)`, `partition_of(container)` and `first_touch(container)` cover the container's elements. The only
+/// header that includes oneTBB.
 
 #include "allocator.hpp"
 #include "detail/hwloc.hpp"
@@ -22,6 +24,7 @@
 #include <oneapi/tbb/task_scheduler_observer.h>
 #include <oneapi/tbb/version.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -304,7 +307,7 @@ void call_body(Body& body, std::size_t b, std::size_t e, int node) {
 // Runs fn(block) for every non-empty block of `part`, block k inside the arena of its node, all blocks
 // concurrently; returns when all are done. The first exception cancels the other blocks and is rethrown.
 template <class Fn>
-void run_blocks(const partition& part, Fn&& fn) {
+void run_blocks(const basic_partition& part, Fn&& fn) {
     const auto& blocks = part.blocks();
     node_arenas& arenas = node_arenas::get();
     const bool nested = current_block_node() >= 0;
@@ -389,16 +392,17 @@ void run_blocks(const partition& part, Fn&& fn) {
 
 } // namespace detail
 
-/// \effects calls `body` on contiguous subranges covering [0, part.size()) exactly once: block k's
-/// indexes run in node k's arena, on node k's cores, all blocks at once; oneTBB balances load inside a
-/// block (`grain` is the smallest subrange it makes). `body` takes a `subrange` (which also tells the
+/// \effects calls `body` on contiguous subranges covering the indexes [0, part.size()) exactly once
+/// (units: rows of a rows partition, elements otherwise; `part.elements()` for element indexes): block
+/// k's indexes run in node k's arena, on node k's cores, all blocks at once; oneTBB balances load inside
+/// a block (`grain` is the smallest subrange it makes). `body` takes a `subrange` (which also tells the
 /// node) or a single `std::size_t` index. Returns when every block is done.
 /// A nested call from inside a body stays in the current node's arena. Calling from a oneTBB task is
 /// fine (the caller waits in each arena in turn or is delegated; it never holds a slot others need).
 /// \throws the first exception a body throws (the other blocks are cancelled).
-template <class Body>
-void parallel_for(const partition& part, Body&& body, std::size_t grain = 1) {
-    detail::run_blocks(part, [&body, grain](const block& b) {
+template <class T, class Body>
+void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) {
+    detail::run_blocks(part.untyped(), [&body, grain](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
         NUMAPLACE_HANDOVER_RELEASE();
         tbb::parallel_for(tbb::blocked_range<std::size_t>(b.begin, b.end, grain),
@@ -413,76 +417,82 @@ void parallel_for(const partition& part, Body&& body, std::size_t grain = 1) {
 }
 
 namespace detail {
-template <class A>
-struct partition_of_allocator {
-    static partition get(const A& a, std::size_t capacity, std::size_t size, std::size_t element) {
-        return a.placement().partition_for(capacity * element).clipped(size);
-    }
-};
+// A container whose allocator is partitioned (partitioned_allocator or default_init_allocator of one).
+template <class Container>
+using partitioned_container_t =
+    decltype(std::declval<const Container&>().get_allocator().placement().partition_for(0),
+             std::declval<const Container&>().capacity(), std::declval<const Container&>().data(), void());
 } // namespace detail
 
-/// \returns the partition a container's allocator placed it by (`partitioned_allocator` or
-/// `default_init_allocator<partitioned_allocator>`): the split of its capacity, clipped to its size.
-template <class Container>
-partition partition_of(const Container& c) {
-    return detail::partition_of_allocator<typename Container::allocator_type>::get(
-        c.get_allocator(), c.capacity(), c.size(), sizeof(typename Container::value_type));
+/// \returns the partition a container's pages were placed by, over its ELEMENTS: the split of its
+/// capacity (in whole units of the allocator's partition: rows for a rows partition), as element
+/// indexes, clipped to its size. `partitioned_allocator<T>` or `default_init_allocator` of one.
+template <class Container, class = detail::partitioned_container_t<Container>>
+partition<typename Container::value_type> partition_of(const Container& c) {
+    using T = typename Container::value_type;
+    const auto allocator = c.get_allocator(); // by value: placement() refers into it
+    return partition<T>::from_untyped(allocator.placement().partition_for(c.capacity() * sizeof(T)).elements().clipped(c.size()));
 }
 
-/// \effects `parallel_for(partition_of(c), body)`: the loop follows the container's pages.
-template <class Container, class Body, class = decltype(std::declval<Container&>().get_allocator().placement().partition_for(0))>
+/// \effects `parallel_for(partition_of(c), body)`: visits the container's elements [0, c.size()) exactly
+/// once, block k (its rows × row length for a rows partition, clipped) on node k, where its pages are.
+template <class Container, class Body, class = detail::partitioned_container_t<Container>>
 void parallel_for(Container& c, Body&& body, std::size_t grain = 1) {
     parallel_for(partition_of(c), std::forward<Body>(body), grain);
 }
 
-/// \returns `combine` over all blocks (in block order) of `body(subrange, T init) -> T` reduced by
-/// oneTBB inside each block, starting from `identity`. Block k runs on node k as in `parallel_for`.
-/// Exact for integers; for floating point the order inside a block is oneTBB's.
-template <class T, class Body, class Combine>
-T parallel_reduce(const partition& part, const T& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
-    std::vector<T> partial(part.blocks().size(), identity);
-    const block* first = part.blocks().empty() ? nullptr : &part.blocks().front();
-    detail::run_blocks(part, [&](const block& b) {
+/// \returns `combine` over all blocks (in block order) of `body(subrange, R init) -> R` reduced by
+/// oneTBB inside each block, starting from `identity`. Block k runs on node k as in `parallel_for`,
+/// over the same indexes. Exact for integers; for floating point the order inside a block is oneTBB's.
+template <class T, class R, class Body, class Combine>
+R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
+    std::vector<R> partial(part.block_count(), identity);
+    const node_set& nodes = part.nodes();
+    detail::run_blocks(part.untyped(), [&](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
+        const auto k = static_cast<std::size_t>(std::lower_bound(nodes.begin(), nodes.end(), b.node) - nodes.begin());
         NUMAPLACE_HANDOVER_RELEASE();
-        partial[static_cast<std::size_t>(&b - first)] = tbb::parallel_reduce(
+        partial[k] = tbb::parallel_reduce(
             tbb::blocked_range<std::size_t>(b.begin, b.end, grain), identity,
-            [&body, node](const tbb::blocked_range<std::size_t>& r, T acc) {
+            [&body, node](const tbb::blocked_range<std::size_t>& r, R acc) {
                 NUMAPLACE_HANDOVER_ACQUIRE();
                 detail::scoped_block_node mark(node);
-                T result = body(subrange(r.begin(), r.end(), node), std::move(acc));
+                R result = body(subrange(r.begin(), r.end(), node), std::move(acc));
                 NUMAPLACE_HANDOVER_RELEASE();
                 return result;
             },
-            [&combine](T x, T y) {
+            [&combine](R x, R y) {
                 NUMAPLACE_HANDOVER_ACQUIRE();
-                T result = combine(std::move(x), std::move(y));
+                R result = combine(std::move(x), std::move(y));
                 NUMAPLACE_HANDOVER_RELEASE();
                 return result;
             });
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
-    T result = identity;
+    R result = identity;
     for (auto& p : partial) result = combine(std::move(result), std::move(p));
     return result;
 }
 
-/// \effects faults in every page of block k of the `part.size()` elements at `data` from node k's arena,
-/// without changing their contents. When the partition's edges are small-page-aligned and THP is on,
-/// the range is first marked MADV_NOHUGEPAGE (see `edge_alignment`). `data` must start on a page
-/// boundary (numaplace allocations do; so does any mmap).
+/// \effects faults in every page of block k of the `part.element_count()` elements at `data` (all rows
+/// × row length of a rows partition) from node k's arena, without changing their contents. THP is set
+/// first as `part.huge_pages()` says (off when the edges are small-page aligned and THP is on; requested
+/// when they are huge-page aligned and THP is `madvise`). `data` must start on an `alignment()` boundary
+/// (numaplace allocations do). Not needed after a parallel initialisation by `parallel_for` over the
+/// same partition or container: whatever first writes a page places it, and that write ran on node k.
 template <class T>
-void first_touch(T* data, const partition& part) {
+void first_touch(T* data, const partition<T>& part) {
+    const partition<T> e = part.elements();
     const std::size_t s = sizeof(T);
-    if (part.size() == 0) return;
-    memory::keep_huge_pages_off_edges(data, part.size() * s, part);
-    parallel_for(part, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
+    if (e.size() == 0) return;
+    detail::advise_huge_pages(data, e.size() * s, e.huge_pages());
+    parallel_for(e, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }
 
 /// \effects `first_touch(c.data(), partition_of(c))`.
-template <class Container>
-auto first_touch(Container& c) -> decltype(c.get_allocator().placement().partition_for(0), void()) {
+template <class Container, class = detail::partitioned_container_t<Container>>
+void first_touch(Container& c) {
     first_touch(c.data(), partition_of(c));
 }
 

@@ -2,21 +2,63 @@
 #define NUMAPLACE_PARTITION_HPP_INCLUDED
 
 /// \file
-/// A blocked split of the index range [0,n) of an element array over NUMA nodes. The same object tells
-/// `partitioned_allocator` where to put pages and `parallel_for` where to run iterations.
+/// `partition<T>`: a blocked split of an array of `T` over NUMA nodes, one typed value that
+/// `partitioned_allocator<T>` places pages by, `parallel_for` runs iterations by and `where` checks.
+///
+/// Index space. A partition covers the indexes [0, size()) of *units*. A unit is one `T`
+/// (`partition<T>(n, ...)`), or one row of `row_length()` `T`s for a partition of rows
+/// (`partition<T>::rows(m, row_length, ...)`: the blocks of an m × row_length matrix in whole rows).
+/// `parallel_for(part, body)` visits units (rows of a rows partition); `part.elements()` is the named step
+/// that turns a rows partition into the same blocks over element indexes (block k's rows × row_length).
+/// Everything tied to a container works on its *elements*: `partition_of(c)`, `parallel_for(c, body)`,
+/// `first_touch(c)` and `where(data, part)` (which inspects all size() × row_length() elements).
+///
+/// Pure. The split depends only on its arguments: nodes, weights, edge policy, unit size and the
+/// `page_geometry` (page size, huge-page size, THP mode) it was built with. The geometry defaults to the
+/// topology's (`page_geometry::of(topo)`: the running system's values for `topology::get()`, fixed
+/// defaults for synthetic and XML topologies) and can be passed explicitly. Nothing reads the machine
+/// while splitting: the same arguments give the same blocks everywhere.
+///
+/// Carried. A partition is a trivially copyable handle: a pointer to an interned immutable layout (nodes,
+/// weights and their 128-bit prefix sums, unit size, geometry, edge policy; never freed, one per distinct
+/// content) plus the unit count the split is made for and the count it is clipped to. Blocks are
+/// computed on demand by one formula (`block(k)`), so the allocation and the loop cannot disagree: an
+/// allocation of m elements is split as the layout's split of ceil(m / row_length) units (whole rows), and
+/// `partition_of(c)` is the split of `c.capacity()` elements clipped to `c.size()`.
+///
+/// Growth. A container's pages are placed by the split of its *capacity* when that capacity is allocated;
+/// its loop (`parallel_for(c, ...)`) follows the same split of the current capacity, clipped to `size()`.
+/// `reserve` or a `push_back` that reallocates moves the elements into a new allocation split by the new
+/// capacity, and the loop follows it (block k still runs on node k, over a larger block); `resize` within
+/// the capacity only moves the clip. Elements appended without reallocation lie in the blocks of the
+/// existing split. `shrink_to_fit` reallocates to the size, again split consistently. Only a container's
+/// partition (`partition_of(c)`) knows its capacity: a partition built by hand for `n` elements matches a
+/// vector of capacity n, not a grown one.
+///
+/// Edges. Block edges fall on page boundaries of the array (measured from element 0, which numaplace
+/// allocations align): an inner edge index `e` has `e * unit_bytes()` a multiple of `alignment()`. Each
+/// block holds the exact weighted share n·w_k/Σw of the units to within one alignment step (strictly less
+/// than `step()` units more or fewer): edge k is the exact cumulative share rounded down to a step.
 
+#include "detail/intern.hpp"
+#include "detail/linux.hpp"
 #include "error.hpp"
 #include "topology.hpp"
 
 #include <algorithm>
 #include <cstddef>
-#include <memory>
+#include <cstdint>
+#include <limits>
+#include <new>
 #include <numeric>
+#include <string>
+#include <tuple>
+#include <type_traits>
 #include <vector>
 
 namespace numaplace {
 
-/// Block `k` of a partition: the element indexes [begin, end) placed on and computed on `node`.
+/// Block `k` of a partition: the indexes [begin, end) placed on and computed on `node`.
 struct block {
     int node = -1;
     std::size_t begin = 0;
@@ -29,119 +71,289 @@ struct block {
     friend bool operator!=(const block& a, const block& b) noexcept { return !(a == b); }
 };
 
-/// Where block edges may fall.
-enum class edge_alignment {
-    /// Huge-page edges when transparent huge pages are `always` on and every block still spans at least
-    /// eight edge steps (a step is lcm(element size, huge page) bytes); small-page edges otherwise (then the allocator and `first_touch` mark the range
-    /// MADV_NOHUGEPAGE). Why: a 2 MiB huge page straddling two blocks is faulted in whole by whichever
-    /// block touches it first, landing all its 512 small pages on one node. Aligning to huge pages keeps
-    /// the TLB benefit of THP for large arrays (an edge moves by at most 2 MiB, < 1/8 of a block);
-    /// forbidding THP keeps small arrays balanced.
-    automatic,
-    page, ///< edges on small-page boundaries
-    huge  ///< edges on huge-page (THP PMD size) boundaries
+/// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
+enum class thp_mode { never, madvise, always };
+
+/// The page sizes and THP mode a partition is split for: an input, never read while splitting.
+struct page_geometry {
+    std::size_t page = 4096;                ///< small page bytes (a power of two)
+    std::size_t huge = std::size_t(2) << 20; ///< THP (PMD) huge page bytes (a power of two multiple of page)
+    thp_mode thp = thp_mode::never;
+
+    /// \returns the geometry of `topo`: for the running system its page size, THP huge page size and THP
+    /// mode; for a synthetic or XML topology the defaults {4096, 2 MiB, never}.
+    static page_geometry of(const topology& topo) {
+        page_geometry g;
+        if (!topo.is_this_system()) return g;
+        g.page = detail::page_size();
+        g.huge = detail::huge_page_size();
+        const std::string& t = topo.capabilities().thp;
+        g.thp = t == "always" ? thp_mode::always : t == "madvise" ? thp_mode::madvise : thp_mode::never;
+        return g;
+    }
+    friend bool operator==(const page_geometry& a, const page_geometry& b) noexcept {
+        return a.page == b.page && a.huge == b.huge && a.thp == b.thp;
+    }
+    friend bool operator!=(const page_geometry& a, const page_geometry& b) noexcept { return !(a == b); }
+    friend bool operator<(const page_geometry& a, const page_geometry& b) noexcept {
+        return std::tie(a.page, a.huge, a.thp) < std::tie(b.page, b.huge, b.thp);
+    }
 };
 
-/// Contiguous blocks in node order covering [0,n) exactly once. Deterministic: the same arguments give
-/// the same blocks. Edges fall on page boundaries of the element array (measured from element 0, so the
-/// array must start on such a boundary, as numaplace allocations do): an edge index `e` always has
-/// `e * element_size` a multiple of `alignment()`, or is `n`. Copies share their state (cheap).
-class partition {
+/// Where block edges may fall.
+enum class edge_alignment {
+    /// Huge-page edges when THP is `always` or `madvise` (geometry) and the smallest non-empty block still
+    /// spans at least eight edge steps (a step is lcm(unit bytes, huge page) bytes); small-page edges
+    /// otherwise. Why: a huge page straddling two blocks is faulted in whole by whichever block touches it
+    /// first, landing all its small pages on one node. Huge edges keep the TLB benefit of THP for large
+    /// arrays (an edge moves by less than one step, < 1/8 of a block); small edges keep small arrays
+    /// balanced, and the placement then keeps huge pages off the range (MADV_NOHUGEPAGE).
+    automatic,
+    page, ///< edges on small-page boundaries
+    huge  ///< edges on huge-page boundaries
+};
+
+/// What a partitioned range needs from THP for its edges to hold (see `basic_partition::huge_pages`).
+enum class huge_page_advice {
+    none,   ///< nothing: THP is off, or `always` and the edges are huge-page aligned
+    forbid, ///< MADV_NOHUGEPAGE: THP is on and the edges are only small-page aligned
+    request ///< MADV_HUGEPAGE: THP is `madvise` and the edges are huge-page aligned (blocks get huge pages)
+};
+
+namespace detail {
+
+__extension__ typedef unsigned __int128 wide_uint;
+
+/// The immutable, interned part of a partition. Ordered by content (the registry key); `prefix` and
+/// `smallest_weight` are derived from `weights`.
+struct partition_layout {
+    std::size_t element_size = 1;
+    std::size_t row_length = 1; // elements per unit
+    std::size_t unit_bytes = 1;
+    edge_alignment edges = edge_alignment::page;
+    page_geometry geometry;
+    node_set nodes;
+    std::vector<std::size_t> weights;
+    std::vector<wide_uint> prefix; // prefix[k] = weights[0] + ... + weights[k-1]; nodes.size() + 1 entries
+    std::size_t smallest_weight = 0; // smallest non-zero weight
+
+    friend bool operator<(const partition_layout& a, const partition_layout& b) noexcept {
+        return std::tie(a.element_size, a.row_length, a.edges, a.geometry, a.nodes.ids(), a.weights) <
+               std::tie(b.element_size, b.row_length, b.edges, b.geometry, b.nodes.ids(), b.weights);
+    }
+
+    wide_uint total() const noexcept { return prefix.empty() ? 0 : prefix.back(); }
+
+    /// \returns the edge alignment in bytes for a split of `units` units.
+    std::size_t alignment_for(std::size_t units) const noexcept {
+        switch (edges) {
+        case edge_alignment::page: return geometry.page;
+        case edge_alignment::huge: return geometry.huge;
+        case edge_alignment::automatic: break;
+        }
+        if (geometry.thp == thp_mode::never || total() == 0) return geometry.page;
+        // smallest block bytes = bytes * smallest / total >= 8 steps (long double: only a threshold)
+        const std::size_t h = geometry.huge;
+        const long double step = static_cast<long double>(unit_bytes / std::gcd(unit_bytes, h)) * static_cast<long double>(h);
+        const long double lhs = static_cast<long double>(units) * static_cast<long double>(unit_bytes) *
+                                static_cast<long double>(smallest_weight);
+        return lhs >= 8.0L * step * static_cast<long double>(total()) ? h : geometry.page;
+    }
+    /// \returns the edge step in units: the fewest units spanning whole alignment units.
+    std::size_t step_for(std::size_t units) const noexcept {
+        const std::size_t a = alignment_for(units);
+        return a / std::gcd(unit_bytes, a);
+    }
+};
+
+// Never destroyed (constructed in static storage without allocating): valid during static destruction.
+inline const partition_layout& empty_layout() noexcept {
+    alignas(partition_layout) static unsigned char storage[sizeof(partition_layout)];
+    static const partition_layout* empty = ::new (static_cast<void*>(storage)) partition_layout();
+    return *empty;
+}
+
+/// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
+inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {
+    if ((c >> 64) == 0) return static_cast<std::size_t>(static_cast<wide_uint>(a) * b / c);
+    // Shift-and-add over the bits of a, keeping q = floor(a' * b / c) and r = a' * b mod c (< c).
+    wide_uint q = 0, r = 0;
+    for (int bit = 63; bit >= 0; --bit) {
+        q <<= 1;
+        r <<= 1; // < 2c < 2^128
+        if (r >= c) { r -= c; q += 1; }
+        if ((a >> bit) & 1u) {
+            r += b; // < 2c
+            if (r >= c) { r -= c; q += 1; }
+        }
+    }
+    return static_cast<std::size_t>(q);
+}
+
+} // namespace detail
+
+/// The untyped partition: a handle (layout, unit count, clip) whose units are `unit_bytes()` bytes. It
+/// is what `partition<T>` is made of and what the placement and the loop machinery work on; user code
+/// normally uses `partition<T>`. Trivially copyable; a moved-from or default-constructed one is valid.
+class basic_partition {
 public:
-    /// An empty partition (n = 0) over no node.
-    partition() : data_(std::make_shared<data>()) {}
+    /// An empty partition: no node, no block, size 0.
+    basic_partition() noexcept : layout_(&detail::empty_layout()) {}
 
-    /// \effects splits [0,n) of `element_size`-byte elements over the nodes of `topo` that have CPUs,
-    /// weighted by their core counts. \throws invalid_placement when no node has CPUs.
-    partition(std::size_t n, std::size_t element_size, const topology& topo = topology::get(),
-              edge_alignment align = edge_alignment::automatic)
-        : partition(n, element_size, topo.with_cpus(), core_weights(topo, topo.with_cpus()), align, topo) {}
-
-    /// \effects splits [0,n) over `nodes` (in id order) with integer `weights`, one per node (empty:
-    /// cores per node; memory-only nodes then get nothing).
-    /// \throws unknown_node for a node not in `topo`; invalid_placement for an empty set, a weight count
-    /// that does not match, all-zero weights, or element_size 0.
-    partition(std::size_t n, std::size_t element_size, const node_set& nodes, std::vector<std::size_t> weights,
-              edge_alignment align = edge_alignment::automatic, const topology& topo = topology::get()) {
+    /// \effects splits `n` units of `row_length` elements of `element_size` bytes over `nodes` with
+    /// `weights` (empty: cores per node of `topo`), edges per `edges` and `geometry`.
+    /// \throws unknown_node for a node not in `topo`; invalid_placement (saying why) for an empty node
+    /// set, a weight count that does not match, all-zero weights, element size or row length 0,
+    /// n × row_length × element_size beyond SIZE_MAX, or a geometry whose sizes are not powers of two
+    /// with huge >= page.
+    basic_partition(std::size_t n, std::size_t element_size, std::size_t row_length, const node_set& nodes,
+                    std::vector<std::size_t> weights, edge_alignment edges, const topology& topo,
+                    const page_geometry& geometry)
+        : basic_partition() {
         topo.check(nodes);
         if (weights.empty()) weights = core_weights(topo, nodes);
         if (weights.size() != nodes.size())
             detail::throw_invalid("partition: " + std::to_string(weights.size()) + " weights for " +
                                   std::to_string(nodes.size()) + " nodes");
-        if (std::accumulate(weights.begin(), weights.end(), std::size_t(0)) == 0)
-            detail::throw_invalid("partition: all weights are zero (memory-only nodes have no cores)");
         if (element_size == 0) detail::throw_invalid("partition: element size 0");
-        auto d = std::make_shared<data>();
-        d->n = n;
-        d->element_size = element_size;
-        d->nodes = nodes;
-        d->weights = std::move(weights);
-        d->policy = align;
-        split(*d);
-        data_ = std::move(d);
-    }
-
-    /// \returns the same nodes, weights and alignment policy over [0,m).
-    partition resized(std::size_t m) const {
-        if (m == size()) return *this;
-        auto d = std::make_shared<data>(*data_);
-        d->n = m;
-        split(*d);
-        partition p;
-        p.data_ = std::move(d);
-        return p;
-    }
-
-    /// \returns the same blocks cut at `m` (<= size()): blocks keep their nodes and edges, indexes at or
-    /// past `m` are dropped. A container whose capacity was allocated by `resized(capacity)` runs its
-    /// `size()` elements by `resized(capacity).clipped(size)`, so compute stays where the pages are.
-    partition clipped(std::size_t m) const {
-        if (m >= size()) return *this;
-        auto d = std::make_shared<data>(*data_);
-        d->n = m;
-        for (auto& b : d->blocks) {
-            b.begin = std::min(b.begin, m);
-            b.end = std::min(b.end, m);
+        if (row_length == 0) detail::throw_invalid("partition: row length 0");
+        constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+        if (row_length > max / element_size)
+            detail::throw_invalid("partition: row of " + std::to_string(row_length) + " elements of " +
+                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
+        const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
+        if (!pow2(geometry.page) || !pow2(geometry.huge) || geometry.huge < geometry.page)
+            detail::throw_invalid("partition: page geometry (page " + std::to_string(geometry.page) + ", huge " +
+                                  std::to_string(geometry.huge) + ") needs powers of two with huge >= page");
+        detail::partition_layout l;
+        l.element_size = element_size;
+        l.row_length = row_length;
+        l.unit_bytes = element_size * row_length;
+        l.edges = edges;
+        l.geometry = geometry;
+        l.nodes = nodes;
+        l.prefix.assign(1, 0);
+        for (std::size_t w : weights) {
+            l.prefix.push_back(l.prefix.back() + w); // < nodes * 2^64: no overflow in 128 bits
+            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
         }
-        partition p;
-        p.data_ = std::move(d);
-        return p;
+        if (l.total() == 0) detail::throw_invalid("partition: all weights are zero (memory-only nodes have no cores)");
+        l.weights = std::move(weights);
+        check_bytes(n, l.unit_bytes);
+        layout_ = detail::intern(std::move(l));
+        units_ = count_ = n;
     }
 
-    std::size_t size() const noexcept { return data_->n; }
-    std::size_t element_size() const noexcept { return data_->element_size; }
-    /// \returns the byte alignment of every inner block edge (a page or a huge page).
-    std::size_t alignment() const noexcept { return data_->alignment; }
-    /// \returns whether huge pages must be kept off the range for the edges to hold (see edge_alignment).
-    bool needs_no_huge_pages() const noexcept { return data_->alignment < detail::huge_page_size(); }
-    const node_set& nodes() const noexcept { return data_->nodes; }
-    const std::vector<std::size_t>& weights() const noexcept { return data_->weights; }
-    /// \returns one block per node of `nodes()`, in node order (some may be empty).
-    const std::vector<block>& blocks() const noexcept { return data_->blocks; }
-    /// \returns the block that contains `index` (< size()).
-    const block& block_of(std::size_t index) const noexcept {
-        const auto& b = data_->blocks;
-        std::size_t lo = 0, hi = b.size();
-        while (hi - lo > 1) {
-            std::size_t mid = (lo + hi) / 2;
-            if (b[mid].begin <= index) lo = mid; else hi = mid;
+    /// \returns the number of indexes (units, or elements for an `elements()` view), clipped.
+    std::size_t size() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    /// \returns the number of units the split is made for (a container's capacity in units).
+    std::size_t units() const noexcept { return units_; }
+    /// \returns whether indexes are elements of a rows layout (an `elements()` view of a rows partition).
+    bool indexes_elements() const noexcept { return elements_; }
+    /// \returns the bytes of one element.
+    std::size_t element_size() const noexcept { return layout_->element_size; }
+    /// \returns elements per index: the layout's row length, or 1 for an element view.
+    std::size_t row_length() const noexcept { return elements_ ? 1 : layout_->row_length; }
+    /// \returns elements per unit of the layout (1 for element partitions), in either view.
+    std::size_t unit_length() const noexcept { return layout_->row_length; }
+    /// \returns the bytes of one unit (element size × layout row length).
+    std::size_t unit_bytes() const noexcept { return layout_->unit_bytes; }
+    /// \returns the number of elements the indexes cover (size() × row_length()).
+    std::size_t element_count() const noexcept { return elements_ ? count_ : count_ * layout_->row_length; }
+    /// \returns the byte alignment of every inner block edge (a page or a huge page of `geometry()`).
+    std::size_t alignment() const noexcept { return layout_->alignment_for(units_); }
+    /// \returns the edge step in units (step() × unit_bytes() = lcm(unit_bytes(), alignment())).
+    std::size_t step() const noexcept { return layout_->step_for(units_); }
+    /// \returns what the range needs from THP for the edges to hold (see `huge_page_advice`).
+    huge_page_advice huge_pages() const noexcept {
+        const auto& g = layout_->geometry;
+        if (g.thp == thp_mode::never || layout_->nodes.empty()) return huge_page_advice::none;
+        if (alignment() < g.huge) return huge_page_advice::forbid;
+        return g.thp == thp_mode::madvise ? huge_page_advice::request : huge_page_advice::none;
+    }
+    const page_geometry& geometry() const noexcept { return layout_->geometry; }
+    edge_alignment edge_policy() const noexcept { return layout_->edges; }
+    const node_set& nodes() const noexcept { return layout_->nodes; }
+    const std::vector<std::size_t>& weights() const noexcept { return layout_->weights; }
+
+    /// \returns the number of blocks: one per node of `nodes()` (some may be empty).
+    std::size_t block_count() const noexcept { return layout_->nodes.size(); }
+    /// \returns block `k` (< block_count()) in this partition's indexes, clipped to size().
+    numaplace::block block(std::size_t k) const noexcept {
+        std::size_t b = unit_edge(k), e = unit_edge(k + 1);
+        if (elements_) {
+            b *= layout_->row_length; // cannot overflow: units_ * unit_bytes fits in size_t
+            e *= layout_->row_length;
         }
-        while (lo + 1 < b.size() && b[lo].end <= index) ++lo; // skip empty blocks at the same edge
-        return b[lo];
+        return numaplace::block{layout_->nodes[k], std::min(b, count_), std::min(e, count_)};
+    }
+    /// \returns every block, in node order.
+    std::vector<numaplace::block> blocks() const {
+        std::vector<numaplace::block> v;
+        v.reserve(block_count());
+        for (std::size_t k = 0; k < block_count(); ++k) v.push_back(block(k));
+        return v;
+    }
+    /// \returns the block that contains `index` (< size()); an empty block of node -1 otherwise.
+    numaplace::block block_of(std::size_t index) const noexcept {
+        if (index >= count_) return numaplace::block{};
+        std::size_t lo = 0, hi = block_count(); // the first k with block(k).end > index
+        while (lo < hi) {
+            const std::size_t mid = lo + (hi - lo) / 2;
+            if (block(mid).end <= index) lo = mid + 1;
+            else hi = mid;
+        }
+        return block(lo);
     }
     /// \returns the block of `node_id`, empty if the node is not part of the partition.
-    block block_on(int node_id) const noexcept {
-        for (const auto& b : data_->blocks)
-            if (b.node == node_id) return b;
-        return block{node_id, 0, 0};
+    numaplace::block block_on(int node_id) const noexcept {
+        for (std::size_t k = 0; k < block_count(); ++k)
+            if (layout_->nodes[k] == node_id) return block(k);
+        return numaplace::block{node_id, 0, 0};
     }
 
-    friend bool operator==(const partition& a, const partition& b) noexcept {
-        return a.data_ == b.data_ ||
-               (a.size() == b.size() && a.element_size() == b.element_size() && a.alignment() == b.alignment() &&
-                a.data_->weights == b.data_->weights && a.blocks() == b.blocks());
+    /// \returns the same layout split for `m` indexes (units; elements for an element view, then split as
+    /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes.
+    basic_partition resized(std::size_t m) const {
+        basic_partition p = *this;
+        p.units_ = elements_ ? m / layout_->row_length + (m % layout_->row_length != 0) : m;
+        check_bytes(p.units_, layout_->unit_bytes);
+        p.count_ = m;
+        return p;
     }
-    friend bool operator!=(const partition& a, const partition& b) noexcept { return !(a == b); }
+    /// \returns the same blocks (same split, same edges) cut at `m` indexes: indexes at or past `m` are
+    /// dropped. No effect when m >= size().
+    basic_partition clipped(std::size_t m) const noexcept {
+        basic_partition p = *this;
+        p.count_ = std::min(m, count_);
+        return p;
+    }
+    /// \returns the same blocks over element indexes: block k covers elements [b × row_length, e × row_length)
+    /// of its units [b, e). Itself for an element view.
+    basic_partition elements() const noexcept {
+        basic_partition p = *this;
+        if (!elements_ && layout_->row_length != 1) {
+            p.elements_ = true;
+            p.count_ = count_ * layout_->row_length;
+        }
+        return p;
+    }
+    /// \returns the split of an allocation of `bytes`: ceil(bytes / unit_bytes()) units, unit indexes.
+    basic_partition for_bytes(std::size_t bytes) const noexcept {
+        basic_partition p = *this;
+        p.elements_ = false;
+        p.units_ = p.count_ = bytes / layout_->unit_bytes + (bytes % layout_->unit_bytes != 0);
+        return p;
+    }
+    /// \returns whether both use the same layout (same nodes, weights, unit, geometry, edge policy).
+    bool same_layout(const basic_partition& other) const noexcept { return layout_ == other.layout_; }
+
+    /// Equal: same layout, same split, same clip, same kind of index.
+    friend bool operator==(const basic_partition& a, const basic_partition& b) noexcept {
+        return a.layout_ == b.layout_ && a.units_ == b.units_ && a.count_ == b.count_ && a.elements_ == b.elements_;
+    }
+    friend bool operator!=(const basic_partition& a, const basic_partition& b) noexcept { return !(a == b); }
 
     /// \returns cores per node of `nodes` (0 for memory-only nodes).
     static std::vector<std::size_t> core_weights(const topology& topo, const node_set& nodes) {
@@ -151,68 +363,132 @@ public:
     }
 
 private:
-    struct data {
-        std::size_t n = 0;
-        std::size_t element_size = 1;
-        std::size_t alignment = 0;
-        edge_alignment policy = edge_alignment::automatic;
-        node_set nodes;
-        std::vector<std::size_t> weights;
-        std::vector<block> blocks;
-    };
-
-    static std::size_t choose_alignment(const data& d) {
-        const std::size_t page = detail::page_size(), huge = detail::huge_page_size();
-        switch (d.policy) {
-        case edge_alignment::page: return page;
-        case edge_alignment::huge: return huge;
-        case edge_alignment::automatic: break;
-        }
-        std::size_t total = 0, smallest = 0; // smallest non-zero weight
-        for (std::size_t w : d.weights) {
-            total += w;
-            if (w != 0 && (smallest == 0 || w < smallest)) smallest = w;
-        }
-        const bool thp_always = topology::get().capabilities().thp == "always";
-        // Edges move in steps of lcm(element_size, huge) bytes: with large elements (a matrix row of
-        // 160000 bytes: one step is 8192 rows, 1.3 GB) huge-page edges would unbalance the blocks. So the
-        // smallest used block (bytes * smallest / total) must hold at least 8 such steps, with unequal
-        // weights too (in long double: n * element_size and the lcm may overflow 64 bits).
-        const long double step = static_cast<long double>(d.element_size) /
-                                 static_cast<long double>(std::gcd(d.element_size, huge)) * static_cast<long double>(huge);
-        const bool large = total != 0 &&
-                           static_cast<long double>(d.n) * static_cast<long double>(d.element_size) *
-                                   static_cast<long double>(smallest) >=
-                               8.0L * step * static_cast<long double>(total);
-        return thp_always && large ? huge : page;
+    static void check_bytes(std::size_t units, std::size_t unit_bytes) {
+        if (unit_bytes != 0 && units > std::numeric_limits<std::size_t>::max() / unit_bytes)
+            detail::throw_invalid("partition: " + std::to_string(units) + " units of " + std::to_string(unit_bytes) +
+                                  " bytes exceed SIZE_MAX bytes");
+    }
+    // Edge k (0..block_count()) in units of the split of units_: the exact cumulative weighted share,
+    // rounded down to a step; units_ once the cumulative weight is complete (so trailing zero-weight
+    // blocks are empty and the last weighted block takes the partial step at the end).
+    std::size_t unit_edge(std::size_t k) const noexcept {
+        const auto& l = *layout_;
+        if (k >= l.nodes.size() || l.prefix[k] == l.total()) return units_;
+        const std::size_t exact = detail::mul_div(units_, l.prefix[k], l.total());
+        const std::size_t step = l.step_for(units_);
+        return exact / step * step;
     }
 
-    __extension__ typedef unsigned __int128 wide; // units * weight and units * step may exceed 64 bits
-
-    // Edges in units of `step` elements, the smallest element count that spans whole alignment units:
-    // step * element_size = lcm(element_size, alignment). Unit edges are placed by cumulative weight,
-    // so rounding never accumulates and the split is deterministic.
-    static void split(data& d) {
-        d.alignment = choose_alignment(d);
-        const std::size_t g = std::gcd(d.element_size, d.alignment);
-        const std::size_t step = d.alignment / g;
-        const std::size_t units = d.n / step + (d.n % step != 0);
-        const std::size_t total = std::accumulate(d.weights.begin(), d.weights.end(), std::size_t(0));
-        d.blocks.clear();
-        std::size_t cumulative = 0, begin = 0;
-        for (std::size_t k = 0; k < d.nodes.size(); ++k) {
-            cumulative += d.weights[k];
-            auto edge_units = static_cast<std::size_t>(static_cast<wide>(units) * cumulative / total);
-            auto edge = static_cast<wide>(edge_units) * step;
-            std::size_t end = edge >= d.n ? d.n : static_cast<std::size_t>(edge);
-            if (k + 1 == d.nodes.size()) end = d.n;
-            d.blocks.push_back(block{d.nodes[k], begin, end});
-            begin = end;
-        }
-    }
-
-    std::shared_ptr<const data> data_;
+    const detail::partition_layout* layout_;
+    std::size_t units_ = 0;
+    std::size_t count_ = 0;
+    bool elements_ = false;
 };
+
+/// A partition of an array of `T` (see the file comment): element partitions `partition<T>(n, ...)` and
+/// row partitions `partition<T>::rows(m, row_length, ...)`. The element type is part of the type:
+/// `partitioned_allocator<T>` takes only a `partition<T>`, `where(const T*, partition<T>)` and
+/// `first_touch(T*, partition<T>)` likewise, so an element-size mismatch does not compile.
+/// Trivially copyable; copies never throw; a moved-from partition equals its source; a
+/// default-constructed one is empty (no node, size 0) and every observer works on it.
+template <class T>
+class partition {
+public:
+    using value_type = T;
+
+    /// An empty partition (size 0, no node).
+    partition() noexcept = default;
+
+    /// \effects splits [0,n) over the nodes of `topo` that have CPUs, weighted by their core counts.
+    /// \throws invalid_placement when no node has CPUs (or n × sizeof(T) overflows).
+    explicit partition(std::size_t n, const topology& topo = topology::get(),
+                       edge_alignment edges = edge_alignment::automatic)
+        : p_(n, sizeof(T), 1, topo.with_cpus(), {}, edges, topo, page_geometry::of(topo)) {}
+    /// \effects splits [0,n) over `nodes` with one integer weight per node (empty: cores per node;
+    /// memory-only nodes then get nothing). Any weights that fit in size_t are legal.
+    /// \throws unknown_node, invalid_placement (see basic_partition).
+    partition(std::size_t n, const node_set& nodes, std::vector<std::size_t> weights = {},
+              edge_alignment edges = edge_alignment::automatic, const topology& topo = topology::get())
+        : p_(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, page_geometry::of(topo)) {}
+    /// As above, for an explicit page geometry (synthetic topologies, or planning for another machine).
+    partition(std::size_t n, const node_set& nodes, std::vector<std::size_t> weights, edge_alignment edges,
+              const topology& topo, const page_geometry& geometry)
+        : p_(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, geometry) {}
+
+    /// \returns the partition of `m` rows of `row_length` T's (an m × row_length row-major matrix) in
+    /// whole rows, over the nodes with CPUs weighted by cores: indexes are rows.
+    static partition rows(std::size_t m, std::size_t row_length, const topology& topo = topology::get(),
+                          edge_alignment edges = edge_alignment::automatic) {
+        return partition(basic_partition(m, sizeof(T), row_length, topo.with_cpus(), {}, edges, topo,
+                                         page_geometry::of(topo)));
+    }
+    /// \returns the partition of `m` rows over `nodes` with `weights`.
+    static partition rows(std::size_t m, std::size_t row_length, const node_set& nodes,
+                          std::vector<std::size_t> weights = {}, edge_alignment edges = edge_alignment::automatic,
+                          const topology& topo = topology::get()) {
+        return partition(basic_partition(m, sizeof(T), row_length, nodes, std::move(weights), edges, topo,
+                                         page_geometry::of(topo)));
+    }
+    /// \returns the partition of `m` rows for an explicit page geometry.
+    static partition rows(std::size_t m, std::size_t row_length, const node_set& nodes, std::vector<std::size_t> weights,
+                          edge_alignment edges, const topology& topo, const page_geometry& geometry) {
+        return partition(basic_partition(m, sizeof(T), row_length, nodes, std::move(weights), edges, topo, geometry));
+    }
+
+    /// \returns `p` as a partition of `T`, the named step from an untyped one.
+    /// \throws invalid_placement when `p.element_size() != sizeof(T)` (and p has nodes).
+    static partition from_untyped(const basic_partition& p) {
+        if (!p.nodes().empty() && p.element_size() != sizeof(T))
+            detail::throw_invalid("partition of " + std::to_string(p.element_size()) + "-byte elements used for " +
+                                  std::to_string(sizeof(T)) + "-byte elements");
+        return partition(p);
+    }
+    const basic_partition& untyped() const noexcept { return p_; }
+
+    /// \returns the number of indexes: rows of a rows partition, elements otherwise.
+    std::size_t size() const noexcept { return p_.size(); }
+    bool empty() const noexcept { return p_.empty(); }
+    /// \returns T's per index (1 for element partitions and element views).
+    std::size_t row_length() const noexcept { return p_.row_length(); }
+    /// \returns the number of T's covered: size() × row_length().
+    std::size_t element_count() const noexcept { return p_.element_count(); }
+    /// \returns the units the split was made for (a container's capacity in units).
+    std::size_t units() const noexcept { return p_.units(); }
+    std::size_t element_size() const noexcept { return sizeof(T); }
+    std::size_t alignment() const noexcept { return p_.alignment(); }
+    std::size_t step() const noexcept { return p_.step(); }
+    huge_page_advice huge_pages() const noexcept { return p_.huge_pages(); }
+    const page_geometry& geometry() const noexcept { return p_.geometry(); }
+    edge_alignment edge_policy() const noexcept { return p_.edge_policy(); }
+    const node_set& nodes() const noexcept { return p_.nodes(); }
+    const std::vector<std::size_t>& weights() const noexcept { return p_.weights(); }
+    std::size_t block_count() const noexcept { return p_.block_count(); }
+    numaplace::block block(std::size_t k) const noexcept { return p_.block(k); }
+    std::vector<numaplace::block> blocks() const { return p_.blocks(); }
+    numaplace::block block_of(std::size_t index) const noexcept { return p_.block_of(index); }
+    numaplace::block block_on(int node_id) const noexcept { return p_.block_on(node_id); }
+
+    /// \returns the same layout split for `m` indexes. \throws invalid_placement on byte overflow.
+    partition resized(std::size_t m) const { return partition(p_.resized(m)); }
+    /// \returns the same blocks cut at `m` indexes.
+    partition clipped(std::size_t m) const noexcept { return partition(p_.clipped(m)); }
+    /// \returns the same blocks over element indexes (block k's rows × row_length()): the named step from
+    /// rows to elements. Itself for an element partition.
+    partition elements() const noexcept { return partition(p_.elements()); }
+
+    friend bool operator==(const partition& a, const partition& b) noexcept { return a.p_ == b.p_; }
+    friend bool operator!=(const partition& a, const partition& b) noexcept { return !(a == b); }
+
+private:
+    explicit partition(const basic_partition& p) noexcept : p_(p) {}
+    basic_partition p_;
+};
+
+static_assert(std::is_trivially_copyable<basic_partition>::value, "partition handles are trivially copyable");
+static_assert(std::is_nothrow_copy_constructible<basic_partition>::value, "");
+static_assert(std::is_trivially_copyable<partition<double>>::value, "partition handles are trivially copyable");
+static_assert(std::is_nothrow_copy_constructible<partition<double>>::value, "");
+static_assert(std::is_nothrow_move_assignable<partition<double>>::value, "");
 
 } // namespace numaplace
 

@@ -2,11 +2,34 @@
 #define NUMAPLACE_PLACEMENT_HPP_INCLUDED
 
 /// \file
-/// Placement values: where the pages of an allocation go. Each is a small value type (copyable,
-/// comparable) that allocators carry and that `apply`s itself to a freshly mapped, untouched range.
-/// Each is strict (throws when the kernel refuses) or degrading (falls back to first touch and records
-/// it in `degradations()`). Construction validates node ids against `topology::get()`.
+/// Placement values: where the pages of an allocation go. Each is a trivially copyable handle (a node id,
+/// or a pointer to interned immutable state: see detail/intern.hpp) that allocators carry and that
+/// `apply`s itself to a freshly mapped, untouched range. Copies never throw, a moved-from placement equals
+/// its source, and destruction is trivial. Each is strict (throws when the kernel refuses) or degrading
+/// (falls back to first touch and records it in `degradations()`). Construction validates node ids
+/// against `topology::get()`.
+///
+/// The Placement concept (what `allocator<T, Placement>` and `page_resource<Placement>` need; write your
+/// own, see examples/custom_placement.cpp). For a placement `p` (const):
+/// - `p.apply(void* ptr, std::size_t bytes) -> bool`: sets where the pages of the fresh, untouched,
+///   private anonymous mapping [ptr, ptr + bytes) go (ptr aligned to `p.alignment(bytes)`; the mapping
+///   spans whole pages). It must not touch the pages (no first touch from the calling thread) unless that
+///   is how it places them. \returns true when placed as asked; false when degraded (it must then have
+///   recorded why, e.g. through `memory::bind` with `fallback::degrade`). \throws to refuse (strict): the
+///   allocator unmaps the range and rethrows, so a throwing apply loses nothing.
+/// - `p.alignment(std::size_t bytes) -> std::size_t`: the start alignment (a power of two, at least the
+///   page size) an allocation of `bytes` needs for `apply`'s edges to be page (or huge page) boundaries.
+/// - `p.home_node() -> int`: a valid node id whose small-object heap serves allocations below a page
+///   (they are never placed by `apply`). noexcept.
+/// - `p.on_refusal() -> fallback`: strict or degrade; a strict placement must not get unplaced memory on
+///   any path (the small-object path checks this too). noexcept.
+/// - `a == b` / `a != b`: true iff memory allocated under `a` may be released under `b` and is placed
+///   alike (allocators compare equal iff their placements do). noexcept.
+/// - Copy construction and assignment must not throw (Allocator requirements); a moved-from placement must
+///   stay usable and equal to what it was (containers free with moved-from allocators). A trivially
+///   copyable type is the simple way to meet all of this.
 
+#include "detail/intern.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "partition.hpp"
@@ -15,7 +38,10 @@
 #include <algorithm>
 #include <cstddef>
 #include <numeric>
+#include <type_traits>
 #include <vector>
+
+#include <sys/mman.h>
 
 namespace numaplace {
 
@@ -55,27 +81,46 @@ private:
     fallback fallback_;
 };
 
+namespace detail {
+/// Interned node list (and weights) of preferred_many / interleaved.
+struct node_weights {
+    node_set nodes;
+    std::vector<std::size_t> weights;
+    friend bool operator<(const node_weights& a, const node_weights& b) noexcept {
+        return a.nodes.ids() < b.nodes.ids() || (a.nodes.ids() == b.nodes.ids() && a.weights < b.weights);
+    }
+};
+
+// Sets THP on the range as `advice` says (partitioned placement and first_touch).
+inline void advise_huge_pages(void* p, std::size_t bytes, huge_page_advice advice) noexcept {
+    if (advice == huge_page_advice::forbid) ::madvise(p, memory::page_round(bytes), MADV_NOHUGEPAGE);
+    else if (advice == huge_page_advice::request) ::madvise(p, memory::page_round(bytes), MADV_HUGEPAGE);
+}
+} // namespace detail
+
 /// Pages preferably on any of several nodes, nearest first (MPOL_PREFERRED_MANY, Linux >= 5.15).
 /// Where the kernel lacks it: strict throws `placement_error` (EINVAL); degrading prefers the first node.
 class preferred_many {
 public:
-    explicit preferred_many(node_set nodes, fallback fb = fallback::strict) : nodes_(std::move(nodes)), fallback_(fb) {
-        topology::get().check(nodes_);
+    /// \throws unknown_node; invalid_placement for an empty set.
+    explicit preferred_many(const node_set& nodes, fallback fb = fallback::strict) : fallback_(fb) {
+        topology::get().check(nodes);
+        state_ = detail::intern(detail::node_weights{nodes, {}});
     }
-    const node_set& nodes() const noexcept { return nodes_; }
+    const node_set& nodes() const noexcept { return state_->nodes; }
     fallback on_refusal() const noexcept { return fallback_; }
-    int home_node() const noexcept { return nodes_[0]; }
+    int home_node() const noexcept { return state_->nodes[0]; }
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     bool apply(void* p, std::size_t bytes) const {
-        return memory::bind(p, bytes, memory::policy_mode::preferred_many, nodes_, fallback_);
+        return memory::bind(p, bytes, memory::policy_mode::preferred_many, nodes(), fallback_);
     }
     friend bool operator==(const preferred_many& a, const preferred_many& b) noexcept {
-        return a.nodes_ == b.nodes_ && a.fallback_ == b.fallback_;
+        return a.state_ == b.state_ && a.fallback_ == b.fallback_;
     }
     friend bool operator!=(const preferred_many& a, const preferred_many& b) noexcept { return !(a == b); }
 
 private:
-    node_set nodes_;
+    const detail::node_weights* state_;
     fallback fallback_;
 };
 
@@ -89,100 +134,117 @@ public:
     explicit interleaved(fallback fb = fallback::strict) : interleaved(topology::get().all(), {}, fb) {}
     /// \throws unknown_node; invalid_placement for an empty set, a weight count that does not match
     /// the nodes, or all-zero weights.
-    explicit interleaved(node_set nodes, std::vector<std::size_t> weights = {}, fallback fb = fallback::strict)
-        : nodes_(std::move(nodes)), weights_(std::move(weights)), fallback_(fb) {
-        topology::get().check(nodes_);
-        if (!weights_.empty()) {
-            if (weights_.size() != nodes_.size())
-                detail::throw_invalid("interleaved: " + std::to_string(weights_.size()) + " weights for " +
-                                      std::to_string(nodes_.size()) + " nodes");
-            if (std::accumulate(weights_.begin(), weights_.end(), std::size_t(0)) == 0)
+    explicit interleaved(const node_set& nodes, std::vector<std::size_t> weights = {}, fallback fb = fallback::strict)
+        : fallback_(fb) {
+        topology::get().check(nodes);
+        if (!weights.empty()) {
+            if (weights.size() != nodes.size())
+                detail::throw_invalid("interleaved: " + std::to_string(weights.size()) + " weights for " +
+                                      std::to_string(nodes.size()) + " nodes");
+            if (std::all_of(weights.begin(), weights.end(), [](std::size_t w) { return w == 0; }))
                 detail::throw_invalid("interleaved: all weights are zero");
             // reduce by the gcd: {2,2} is plain interleave, {4,2} is {2,1}
             std::size_t g = 0;
-            for (auto w : weights_) g = std::gcd(g, w);
-            for (auto& w : weights_) w /= g;
+            for (auto w : weights) g = std::gcd(g, w);
+            for (auto& w : weights) w /= g;
             bool uniform = true;
-            for (auto w : weights_) uniform = uniform && w == weights_[0];
-            if (uniform) weights_.clear();
+            for (auto w : weights) uniform = uniform && w == weights[0];
+            if (uniform) weights.clear();
         }
+        state_ = detail::intern(detail::node_weights{nodes, std::move(weights)});
     }
-    const node_set& nodes() const noexcept { return nodes_; }
+    const node_set& nodes() const noexcept { return state_->nodes; }
     /// \returns the reduced weights, empty when uniform.
-    const std::vector<std::size_t>& weights() const noexcept { return weights_; }
+    const std::vector<std::size_t>& weights() const noexcept { return state_->weights; }
     fallback on_refusal() const noexcept { return fallback_; }
-    int home_node() const noexcept { return nodes_[0]; }
+    int home_node() const noexcept { return state_->nodes[0]; }
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     bool apply(void* p, std::size_t bytes) const {
-        if (weights_.empty()) {
+        if (weights().empty()) {
             // Huge pages would interleave 2 MiB at a time; keep page granularity.
             memory::forbid_huge_pages(p, bytes);
-            return memory::bind(p, bytes, memory::policy_mode::interleave, nodes_, fallback_);
+            return memory::bind(p, bytes, memory::policy_mode::interleave, nodes(), fallback_);
         }
-        return memory::weighted_fill(p, bytes, nodes_, weights_, fallback_);
+        return memory::weighted_fill(p, bytes, nodes(), weights(), fallback_);
     }
     friend bool operator==(const interleaved& a, const interleaved& b) noexcept {
-        return a.nodes_ == b.nodes_ && a.weights_ == b.weights_ && a.fallback_ == b.fallback_;
+        return a.state_ == b.state_ && a.fallback_ == b.fallback_;
     }
     friend bool operator!=(const interleaved& a, const interleaved& b) noexcept { return !(a == b); }
 
 private:
-    node_set nodes_;
-    std::vector<std::size_t> weights_;
+    const detail::node_weights* state_ = nullptr;
     fallback fallback_;
 };
 
-/// Contiguous blocks of an element array on successive nodes, as a `partition` splits it. An
-/// allocation of m elements is split by `partition.resized(m)`, so it always agrees with the loop.
+/// Contiguous blocks of an element array on successive nodes, as a `partition<T>` splits it: block k's
+/// pages bound to node k. An allocation of `bytes` is split by the layout's split of
+/// ceil(bytes / unit bytes) units (whole rows for a rows partition), the very formula the container's
+/// loop uses (`partition_of`). The placement itself is untyped; `partitioned_allocator<T>` takes only a
+/// `partition<T>` and rejects a placement of another element size.
 class partitioned {
 public:
-    /// \effects the default partition of `element_size`-byte elements over nodes with CPUs.
-    explicit partitioned(std::size_t element_size, fallback fb = fallback::strict)
-        : partition_(0, element_size), fallback_(fb) {}
-    explicit partitioned(numaplace::partition p, fallback fb = fallback::strict) : partition_(std::move(p)), fallback_(fb) {
-        if (partition_.nodes().empty()) detail::throw_invalid("partitioned: empty node set");
+    /// \effects places by `part`'s layout (its nodes, weights, unit, geometry, edge policy; its size does
+    /// not matter). \throws invalid_placement for an empty partition (no node).
+    template <class T>
+    explicit partitioned(const numaplace::partition<T>& part, fallback fb = fallback::strict)
+        : partition_(part.untyped()), fallback_(fb) {
+        if (partition_.nodes().empty()) detail::throw_invalid("partitioned: empty node set (empty partition)");
     }
-    const numaplace::partition& partition() const noexcept { return partition_; }
+    /// \returns the partition it was made from, untyped.
+    const basic_partition& partition() const noexcept { return partition_; }
+    /// \returns the bytes of one element of the partition.
+    std::size_t element_size() const noexcept { return partition_.element_size(); }
     fallback on_refusal() const noexcept { return fallback_; }
-    /// \returns the partition an allocation of `bytes` is split by.
-    numaplace::partition partition_for(std::size_t bytes) const {
-        return partition_.resized(bytes / partition_.element_size());
-    }
+    /// \returns the split of an allocation of `bytes` (unit indexes).
+    basic_partition partition_for(std::size_t bytes) const noexcept { return partition_.for_bytes(bytes); }
+    /// \returns the first node with a non-zero weight (its heap serves allocations below a page).
     int home_node() const noexcept {
-        for (const auto& b : partition_.blocks())
-            if (!b.empty()) return b.node;
-        return partition_.nodes()[0];
+        const auto& w = partition_.weights();
+        for (std::size_t k = 0; k < w.size(); ++k)
+            if (w[k] != 0) return partition_.nodes()[k];
+        return partition_.nodes().empty() ? 0 : partition_.nodes()[0];
     }
-    std::size_t alignment(std::size_t bytes) const { return partition_for(bytes).alignment(); }
+    std::size_t alignment(std::size_t bytes) const noexcept { return partition_for(bytes).alignment(); }
     /// \effects binds block k's pages to node k (block edges are page- or huge-page-aligned from `p`,
-    /// which must be aligned to `alignment(bytes)`); when edges are small-page-aligned and THP is on,
-    /// the range is kept off huge pages so a degraded (first-touch) placement still splits correctly.
+    /// which must be aligned to `alignment(bytes)`); THP per the partition's `huge_pages()`: kept off when
+    /// edges are small-page aligned and THP is on (so a degraded, first-touch placement still splits
+    /// correctly), requested when edges are huge-page aligned and THP is `madvise`.
     bool apply(void* p, std::size_t bytes) const {
-        const numaplace::partition part = partition_for(bytes);
-        memory::keep_huge_pages_off_edges(p, bytes, part);
-        const std::size_t s = part.element_size();
-        const auto& blocks = part.blocks();
-        std::size_t last = blocks.size(); // the last non-empty block also takes the mapping's tail page
-        for (std::size_t k = 0; k < blocks.size(); ++k)
-            if (!blocks[k].empty()) last = k;
+        const basic_partition part = partition_for(bytes);
+        detail::advise_huge_pages(p, bytes, part.huge_pages());
+        const std::size_t s = part.unit_bytes();
+        const std::size_t count = part.block_count();
+        std::size_t last = count; // the last non-empty block also takes the mapping's tail page
+        for (std::size_t k = 0; k < count; ++k)
+            if (!part.block(k).empty()) last = k;
         bool all = true;
         auto* base = static_cast<char*>(p);
-        for (std::size_t k = 0; k < blocks.size(); ++k) {
-            if (blocks[k].empty()) continue;
-            const std::size_t from = blocks[k].begin * s, to = k == last ? memory::page_round(bytes) : blocks[k].end * s;
-            all = memory::bind(base + from, to - from, memory::policy_mode::bind, node_set{blocks[k].node}, fallback_) && all;
+        for (std::size_t k = 0; k < count; ++k) {
+            const block b = part.block(k);
+            if (b.empty()) continue;
+            const std::size_t from = b.begin * s, to = k == last ? memory::page_round(bytes) : b.end * s;
+            all = memory::bind(base + from, to - from, memory::policy_mode::bind, node_set{b.node}, fallback_) && all;
         }
         return all;
     }
     friend bool operator==(const partitioned& a, const partitioned& b) noexcept {
-        return a.partition_ == b.partition_ && a.fallback_ == b.fallback_;
+        return a.partition_.same_layout(b.partition_) && a.fallback_ == b.fallback_;
     }
     friend bool operator!=(const partitioned& a, const partitioned& b) noexcept { return !(a == b); }
 
 private:
-    numaplace::partition partition_;
+    basic_partition partition_;
     fallback fallback_;
 };
+
+static_assert(std::is_trivially_copyable<on_node>::value && std::is_trivially_copyable<preferred_many>::value &&
+                  std::is_trivially_copyable<interleaved>::value && std::is_trivially_copyable<partitioned>::value,
+              "placements are trivially copyable handles");
+static_assert(std::is_nothrow_copy_constructible<interleaved>::value &&
+                  std::is_nothrow_copy_constructible<preferred_many>::value &&
+                  std::is_nothrow_copy_constructible<partitioned>::value,
+              "placement copies never throw");
 
 namespace memory {
 /// \effects maps `bytes` and applies `placement` to them; nothing is touched.

@@ -109,9 +109,12 @@ inline page_histogram where(const void* p, std::size_t bytes, const topology& to
 }
 
 /// \returns the histogram of the `count` elements at `data` and how many touched pages are on the node
-/// `expected_node(i)` names for the element `i` that owns the page (the one at the page's start, or 0
-/// for the first page). The partition overload below passes the node of the element's block; a
-/// benchmark can pass the node of the thread that computes it.
+/// `expected_node(i)` names for the element `i` that owns the page.
+/// `expected_node` is any callable `int(std::size_t i)`: `i` is the index (in [0, count)) of the element
+/// at the page's start (0 for the first page, which may start before `data`); it returns the node id the
+/// page should be on (-1: nowhere, counted remote). It is called once per touched page, in address
+/// order, from the calling thread. The partition overload below passes the node of the element's block;
+/// a benchmark can pass the node of the thread that computes element i (e.g. row i / N of a matrix).
 template <class T, class ExpectedNode>
 partition_locality locality(const T* data, std::size_t count, ExpectedNode&& expected_node,
                             const topology& topo = topology::get()) {
@@ -131,11 +134,23 @@ partition_locality locality(const T* data, std::size_t count, ExpectedNode&& exp
     return r;
 }
 
-/// \returns the histogram of the `part.size()` elements at `data` and how many touched pages are on
-/// the node of the block that owns them.
+/// \returns the histogram of the `part.element_count()` elements at `data` (all size() × row_length()
+/// elements of a rows partition) and how many touched pages are on the node of the block that owns
+/// them: element i's expected node is that of the block holding index i / row_length().
+/// `data` and `part` must share the element type (another one does not compile).
 template <class T>
-partition_locality where(const T* data, const partition& part, const topology& topo = topology::get()) {
-    return locality(data, part.size(), [&part](std::size_t i) { return part.block_of(i).node; }, topo);
+partition_locality where(const T* data, const partition<T>& part, const topology& topo = topology::get()) {
+    const partition<T> e = part.elements();
+    const std::vector<block> blocks = e.blocks();
+    std::size_t k = 0; // pages come in address order: walk the blocks instead of searching
+    return locality(
+        data, e.size(),
+        [&](std::size_t i) {
+            if (k >= blocks.size() || i < blocks[k].begin) k = 0;
+            while (k < blocks.size() && blocks[k].end <= i) ++k;
+            return k < blocks.size() ? blocks[k].node : -1;
+        },
+        topo);
 }
 
 /// \returns the histogram of a contiguous container's elements (`c.data()`, `c.size()`).

@@ -89,12 +89,34 @@ static_assert(check_traits<default_init_allocator<partitioned_allocator<int>>, i
 static_assert(std::is_same<numaplace::partitioned_vector<float>,
                            std::vector<float, default_init_allocator<partitioned_allocator<float>>>>::value, "");
 static_assert(std::is_nothrow_copy_constructible<node_allocator<int>>::value, "on_node copies cannot throw");
-// Default construction only where the placement has a default: interleave over every node. (So e.g.
-// basic_string::substr, which builds its result with a default-constructed Allocator, is unavailable
-// with node and partitioned allocators: construct basic_string(s, pos, n, alloc) instead.)
+// Default construction only where the placement has a default: interleave over every node, and the
+// default partition of T (nodes with CPUs, weighted by cores). (So e.g. basic_string::substr, which builds
+// its result with a default-constructed Allocator, is unavailable with node allocators: construct
+// basic_string(s, pos, n, alloc) instead.)
 static_assert(!std::is_default_constructible<node_allocator<int>>::value, "");
-static_assert(!std::is_default_constructible<partitioned_allocator<int>>::value, "");
+static_assert(std::is_default_constructible<partitioned_allocator<int>>::value, "");
 static_assert(std::is_default_constructible<interleaved_allocator<int>>::value, "");
+// Every allocator and placement is a trivially copyable handle: copies never throw, moved-from equals
+// the source, destruction is trivial (no leak when libstdc++ drops a node handle's allocator copy).
+template <class A>
+constexpr bool handle_like() {
+    return std::is_trivially_copyable<A>::value && std::is_nothrow_copy_constructible<A>::value &&
+           std::is_nothrow_copy_assignable<A>::value && std::is_nothrow_move_constructible<A>::value &&
+           std::is_trivially_destructible<A>::value;
+}
+static_assert(handle_like<node_allocator<int>>(), "");
+static_assert(handle_like<interleaved_allocator<int>>(), "");
+static_assert(handle_like<partitioned_allocator<int>>(), "");
+static_assert(handle_like<numaplace::allocator<int, numaplace::preferred_many>>(), "");
+static_assert(handle_like<default_init_allocator<interleaved_allocator<int>>>(), "");
+static_assert(handle_like<default_init_allocator<partitioned_allocator<int>>>(), "");
+static_assert(handle_like<on_node>() && handle_like<numaplace::interleaved>() &&
+                  handle_like<numaplace::preferred_many>() && handle_like<numaplace::partitioned>(), "");
+static_assert(handle_like<numaplace::partition<int>>(), "");
+// The element type is part of the contract: a partition of another type does not make an allocator.
+static_assert(!std::is_constructible<partitioned_allocator<double>, numaplace::partition<float>>::value, "");
+static_assert(!std::is_constructible<partitioned_allocator<double>, numaplace::partition<float>&, fallback>::value, "");
+static_assert(std::is_constructible<partitioned_allocator<double>, numaplace::partition<double>&, fallback>::value, "");
 
 const std::size_t page = numaplace::detail::page_size();
 
@@ -133,9 +155,11 @@ struct partitioned_kind {
     using alloc = partitioned_allocator<T>;
     template <class T>
     static alloc<T> make(int variant) {
-        return variant == 0
-                   ? alloc<T>(numaplace::partitioned(numaplace::partition(100000, sizeof(T)), binding_fallback()))
-                   : alloc<T>(numaplace::partitioned(numaplace::partition(3, sizeof(T)), fallback::degrade));
+        // different edge policies: different layouts (the size of a partition does not matter to the allocator)
+        return variant == 0 ? alloc<T>(numaplace::partition<T>(100000), binding_fallback())
+                            : alloc<T>(numaplace::partition<T>(3, topology::get().with_cpus(), {},
+                                                               numaplace::edge_alignment::page),
+                                       fallback::degrade);
     }
     static bool variants_differ() { return true; }
 };
@@ -570,10 +594,15 @@ TEST(allocator_conformance, allocators_on_different_nodes_compare_unequal) {
     EXPECT_FALSE(node_allocator<int>(0) == node_allocator<double>(0, node_policy::bind, fallback::degrade));
     EXPECT_FALSE(interleaved_allocator<int>(numaplace::interleaved(fallback::strict)) ==
                  interleaved_allocator<int>(numaplace::interleaved(fallback::degrade)));
-    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition(1000, sizeof(int))) ==
-                 partitioned_allocator<int>(numaplace::partition(1001, sizeof(int))));
-    EXPECT_TRUE(partitioned_allocator<int>(numaplace::partition(1000, sizeof(int))) ==
-                partitioned_allocator<double>(numaplace::partition(1000, sizeof(int))));
+    // the allocator splits every allocation by the layout: the size it was made with does not matter
+    EXPECT_TRUE(partitioned_allocator<int>(numaplace::partition<int>(1000)) ==
+                partitioned_allocator<int>(numaplace::partition<int>(1001)));
+    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition<int>(1000)) ==
+                 partitioned_allocator<int>(numaplace::partition<int>(1000), fallback::degrade));
+    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition<int>(1000)) ==
+                 partitioned_allocator<int>(numaplace::partition<int>::rows(10, 100)));
+    EXPECT_TRUE(partitioned_allocator<int>(numaplace::partition<int>(1000)) ==
+                partitioned_allocator<double>(partitioned_allocator<int>(numaplace::partition<int>(1000))));
     if (topo.size() < 2) GTEST_SKIP() << "one node: no two nodes to compare";
     for (int j = 0; j < static_cast<int>(topo.size()); ++j)
         for (int k = 0; k < static_cast<int>(topo.size()); ++k) {
@@ -586,8 +615,8 @@ TEST(allocator_conformance, allocators_on_different_nodes_compare_unequal) {
                  interleaved_allocator<int>(node_set{0, 1}, std::vector<std::size_t>{2, 1}));
     EXPECT_TRUE(interleaved_allocator<int>(node_set{0, 1}) ==
                 interleaved_allocator<int>(node_set{0, 1}, std::vector<std::size_t>{3, 3})); // reduced: uniform
-    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition(1000, 4, node_set{0}, {})) ==
-                 partitioned_allocator<int>(numaplace::partition(1000, 4, node_set{1}, {})));
+    EXPECT_FALSE(partitioned_allocator<int>(numaplace::partition<int>(1000, node_set{0}, {})) ==
+                 partitioned_allocator<int>(numaplace::partition<int>(1000, node_set{1}, {})));
     // and containers on different nodes hold their own placement through copy assignment
     std::vector<int, node_allocator<int>> on0(1000, 1, node_allocator<int>(0)), on1(node_allocator<int>(1));
     on1 = on0;
@@ -664,8 +693,8 @@ TEST(allocator_conformance, default_init_vector_leaves_pages_untouched) {
 TEST(allocator_conformance, partitioned_vector_leaves_pages_untouched_and_binds_blocks) {
     if (!query_works()) GTEST_SKIP() << "move_pages query refused: where() cannot report";
     const std::size_t n = 1000000;
-    const numaplace::partition part(n, sizeof(double));
-    numaplace::partitioned_vector<double> v(n, partitioned_allocator<double>(numaplace::partitioned(part, binding_fallback())));
+    const numaplace::partition<double> part(n);
+    numaplace::partitioned_vector<double> v(n, partitioned_allocator<double>(part, binding_fallback()));
     const auto h = numaplace::where(v);
     EXPECT_EQ(h.untouched, h.pages);
     std::fill(v.begin(), v.end(), 1.0);
@@ -796,4 +825,89 @@ TEST(allocator_conformance, pmr_containers_on_every_node_page_resource) {
             EXPECT_EQ(h.on(node.id), h.pages);
         }
     }
+}
+
+// --- value semantics: moved-from allocators and placements, and libstdc++'s node-handle drop ---------
+
+namespace {
+template <class A>
+void expect_moved_from_equals_source(const A& original) {
+    A source = original;
+    A moved(std::move(source));
+    EXPECT_TRUE(source == original); // NOLINT(bugprone-use-after-move): the point of the test
+    EXPECT_TRUE(moved == original);
+    A assigned = original;
+    assigned = std::move(moved);
+    EXPECT_TRUE(moved == original); // NOLINT
+    // and the moved-from one still allocates and frees (observers and placement intact)
+    auto* p = source.allocate(3 * page);
+    source.deallocate(p, 3 * page);
+    auto* q = source.allocate(3);
+    source.deallocate(q, 3);
+    EXPECT_NO_THROW((void)source.placement().home_node());
+}
+} // namespace
+
+TEST(allocator_conformance, moved_from_allocators_and_placements_are_valid_and_equal_to_their_source) {
+    const fallback fb = binding_fallback();
+    expect_moved_from_equals_source(node_allocator<double>(0, node_policy::bind, fb));
+    expect_moved_from_equals_source(interleaved_allocator<double>(numaplace::interleaved(topology::get().all(), {}, fb)));
+    expect_moved_from_equals_source(
+        numaplace::allocator<double, numaplace::preferred_many>(numaplace::preferred_many(topology::get().all(), fallback::degrade)));
+    expect_moved_from_equals_source(partitioned_allocator<double>(numaplace::partition<double>(1000), fb));
+    expect_moved_from_equals_source(partitioned_allocator<double>());
+    expect_moved_from_equals_source(default_init_allocator<partitioned_allocator<double>>(partitioned_allocator<double>()));
+    // placements: observers after a move
+    numaplace::interleaved il(topology::get().all(), std::vector<std::size_t>(topology::get().size(), 2));
+    numaplace::interleaved il2(std::move(il));
+    EXPECT_EQ(il.nodes(), topology::get().all()); // NOLINT
+    EXPECT_EQ(il, il2);
+    numaplace::preferred_many pm(topology::get().all());
+    numaplace::preferred_many pm2(std::move(pm));
+    EXPECT_EQ(pm.home_node(), 0); // NOLINT
+    EXPECT_EQ(pm, pm2);
+    numaplace::partitioned pt(numaplace::partition<int>(100));
+    numaplace::partitioned pt2(std::move(pt));
+    EXPECT_EQ(pt.partition().nodes(), topology::get().with_cpus()); // NOLINT
+    EXPECT_EQ(pt.alignment(1 << 20), pt2.alignment(1 << 20));
+    EXPECT_EQ(pt, pt2);
+}
+
+TEST(allocator_conformance, reinserted_node_handles_and_merged_maps_leak_nothing) {
+    // libstdc++ 12 drops (without destroying) the allocator copy a node handle holds when the node is
+    // re-inserted or maps are merged. numaplace allocators are trivially destructible handles, so
+    // nothing leaks: this test runs under LeakSanitizer in the ASan stage.
+    using A = interleaved_allocator<std::pair<const int, int>>;
+    using map = std::map<int, int, std::less<int>, A>;
+    const A a(numaplace::interleaved(topology::get().all(), {}, fallback::degrade));
+    map m(a), other(a);
+    for (int i = 0; i < 100; ++i) m.emplace(i, i);
+    for (int i = 0; i < 100; ++i) {
+        auto node = m.extract(i);
+        ASSERT_FALSE(node.empty());
+        EXPECT_TRUE(node.get_allocator() == a);
+        node.mapped() += 1;
+        auto r = other.insert(std::move(node));
+        ASSERT_TRUE(r.inserted);
+    }
+    EXPECT_TRUE(m.empty());
+    ASSERT_EQ(other.size(), 100u);
+    for (int i = 0; i < 100; ++i) ASSERT_EQ(other.at(i), i + 1);
+    map third(a);
+    for (int i = 100; i < 150; ++i) third.emplace(i, i);
+    other.merge(third);
+    EXPECT_TRUE(third.empty());
+    EXPECT_EQ(other.size(), 150u);
+    // the same with partitioned and node allocators, and an unordered_map
+    using P = partitioned_allocator<std::pair<const int, int>>;
+    std::map<int, int, std::less<int>, P> pm{P()}, pm2{P()};
+    for (int i = 0; i < 100; ++i) pm.emplace(i, i);
+    for (int i = 0; i < 100; ++i) pm2.insert(pm.extract(i));
+    EXPECT_EQ(pm2.size(), 100u);
+    using N = node_allocator<std::pair<const int, int>>;
+    std::unordered_map<int, int, std::hash<int>, std::equal_to<int>, N> um{8, std::hash<int>(), std::equal_to<int>(), N(0)};
+    decltype(um) um2{8, std::hash<int>(), std::equal_to<int>(), N(0)};
+    for (int i = 0; i < 100; ++i) um.emplace(i, i);
+    um2.merge(um);
+    EXPECT_EQ(um2.size(), 100u);
 }

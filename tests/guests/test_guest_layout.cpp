@@ -125,9 +125,9 @@ TEST(guest_layout, partitioned_blocks_land_on_their_nodes_at_huge_and_odd_sizes)
     for (std::size_t bytes : {64 * mib, 64 * mib + 3 * 4096 + 8, 8 * huge, 8 * huge - 8}) {
         const std::size_t n = bytes / sizeof(double);
         for (fallback fb : {fallback::strict, fallback::degrade}) {
-            partition part(n, sizeof(double));
+            partition<double> part(n);
             // default-init: nothing touched until first_touch, block k from arena k
-            partitioned_vector<double> v(n, partitioned_allocator<double>(partitioned(part, fb)));
+            partitioned_vector<double> v(n, partitioned_allocator<double>(part, fb));
             first_touch(v);
             auto loc = where(v.data(), part);
             EXPECT_EQ(loc.histogram.untouched, 0u);
@@ -141,6 +141,30 @@ TEST(guest_layout, partitioned_blocks_land_on_their_nodes_at_huge_and_odd_sizes)
     }
 }
 
+TEST(guest_layout, rows_partition_pages_of_block_k_rows_on_node_k_at_odd_row_lengths) {
+    REQUIRE_SEVERAL_NODES();
+    // A of m x n doubles by whole rows (the seeds' DGEMV): rows of 8 KiB, of an odd 24 008 bytes, and of
+    // half a page; allocated by the rows partition, initialised by the row loop, pages checked per row.
+    for (std::size_t cols : {std::size_t(1024), std::size_t(3001), std::size_t(256)}) {
+        const std::size_t m = 64 * mib / (cols * sizeof(double));
+        const auto rows = partition<double>::rows(m, cols);
+        partitioned_vector<double> a(m * cols, partitioned_allocator<double>(rows));
+        parallel_for(rows, [&](subrange r) {
+            for (std::size_t i = r.begin(); i < r.end(); ++i)
+                for (std::size_t j = 0; j < cols; ++j) a[i * cols + j] = 1.0;
+        });
+        auto loc = where(a.data(), rows);
+        EXPECT_EQ(loc.histogram.untouched, 0u);
+        EXPECT_EQ(loc.remote, 0u) << cols << " columns, alignment " << rows.alignment();
+        for (const auto& b : rows.blocks()) {
+            if (b.empty()) continue;
+            EXPECT_EQ(b.begin * cols * sizeof(double) % rows.alignment(), 0u);
+            auto hb = where(a.data() + b.begin * cols, b.size() * cols * sizeof(double));
+            EXPECT_EQ(hb.on(b.node), hb.pages) << "rows of node " << b.node << ", " << cols << " columns";
+        }
+    }
+}
+
 TEST(guest_layout, first_touch_alone_splits_plain_memory_by_block_with_thp_on) {
     REQUIRE_SEVERAL_NODES();
     // No binding at all: only which arena touches decides. THP is on in the guests, so the partition's
@@ -149,7 +173,7 @@ TEST(guest_layout, first_touch_alone_splits_plain_memory_by_block_with_thp_on) {
         const std::size_t n = bytes / sizeof(float);
         void* raw = memory::map(bytes, detail::huge_page_size());
         auto* data = static_cast<float*>(raw);
-        partition part(n, sizeof(float));
+        partition<float> part(n);
         first_touch(data, part);
         auto loc = where(data, part);
         EXPECT_EQ(loc.remote, 0u) << bytes << " bytes, alignment " << part.alignment() << ", thp "
@@ -172,7 +196,7 @@ TEST(guest_layout, serial_initialisation_puts_everything_on_the_initialising_nod
         t.join();
         auto h = where(v);
         EXPECT_EQ(h.on(node), h.pages) << "initialised on node " << node;
-        partition part(v.size(), sizeof(double));
+        partition<double> part(v.size());
         if (topology::get().with_cpus().size() > 1) {
             auto loc = where(v.data(), part);
             EXPECT_LT(loc.fraction(), 1.0) << "the other nodes' blocks are remote";
@@ -184,7 +208,7 @@ TEST(guest_layout, parallel_for_runs_block_k_on_node_k_only) {
     REQUIRE_SEVERAL_NODES();
     const auto& topo = topology::get();
     const std::size_t n = 1u << 22;
-    partition part(n, sizeof(int));
+    partition<int> part(n);
     std::vector<int> cpu(n, -1);
     parallel_for(part, [&](subrange r) {
         int c = sched_getcpu();

@@ -11,8 +11,12 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <set>
+#include <type_traits>
 #include <thread>
 #include <string>
 #include <vector>
@@ -125,7 +129,7 @@ TEST(allocator, equal_weights_reduce_to_plain_interleave) {
 
 TEST(allocator, partitioned_puts_block_k_on_node_k) {
     const std::size_t n = 48 * mib / sizeof(double) + 123;
-    partition part(n, sizeof(double));
+    partition<double> part(n);
     lazy_vector<partitioned_allocator<double>> v(n, partitioned_allocator<double>(part));
     EXPECT_EQ(where(v).untouched, where(v).pages);
     memory::touch(v.data(), n * sizeof(double)); // one thread: binding, not first touch, decides
@@ -141,9 +145,57 @@ TEST(allocator, partitioned_puts_block_k_on_node_k) {
 }
 
 TEST(allocator, partitioned_allocation_of_another_size_is_split_by_the_same_weights) {
-    partition part(1000, sizeof(double));
+    partition<double> part(1000);
     partitioned_allocator<double> a(part);
-    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double)), part.resized(4000));
+    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double)), part.resized(4000).untyped());
+    // a partial element counts as one (rebound allocators of other sizes)
+    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double) + 1).units(), 4001u);
+}
+
+TEST(allocator, partitioned_rows_allocation_is_split_in_whole_rows) {
+    const std::size_t rows = 3000, cols = 1000; // 8000-byte rows
+    const auto part = partition<double>::rows(rows, cols);
+    partitioned_allocator<double> a(part);
+    // m elements: ceil(m / cols) whole rows
+    const basic_partition split = a.placement().partition_for((rows * cols - 7) * sizeof(double));
+    EXPECT_EQ(split.units(), rows);
+    EXPECT_EQ(split, part.untyped());
+    lazy_vector<partitioned_allocator<double>> v(rows * cols, a);
+    memory::touch(v.data(), v.size() * sizeof(double));
+    auto loc = where(v.data(), part); // all rows * cols elements
+    EXPECT_EQ(loc.histogram.pages, pages_of(rows * cols * sizeof(double)));
+    EXPECT_EQ(loc.remote, 0u);
+    for (const auto& b : part.blocks()) {
+        if (b.empty()) continue;
+        auto h = where(v.data() + b.begin * cols, b.size() * cols * sizeof(double));
+        EXPECT_EQ(h.on(b.node), h.pages) << "rows of node " << b.node;
+    }
+}
+
+TEST(allocator, partitioned_allocator_default_constructs_to_the_default_partition_of_t) {
+    partitioned_allocator<double> a;
+    EXPECT_EQ(a.placement().partition().nodes(), topology::get().with_cpus());
+    EXPECT_EQ(a.placement().element_size(), sizeof(double));
+    EXPECT_EQ(a, partitioned_allocator<double>(partition<double>(0)));
+    std::vector<double, partitioned_allocator<double>> v(1 << 20);
+    EXPECT_EQ(v[12345], 0.0);
+    EXPECT_EQ(where(v.data(), partition<double>(v.size())).remote, 0u);
+}
+
+TEST(allocator, partitioned_placement_of_another_element_size_is_rejected_at_construction) {
+    // partitioned_allocator<double>(partition<float>) does not compile (tests/compile_fail); a placement
+    // built from one is caught when the allocator is made
+    static_assert(!std::is_constructible<partitioned_allocator<double>, partition<float>>::value, "");
+    static_assert(!std::is_constructible<partitioned_allocator<double>, const partition<float>&, fallback>::value, "");
+    static_assert(std::is_constructible<partitioned_allocator<double>, partition<double>, fallback>::value, "");
+    partitioned p(partition<float>(100));
+    EXPECT_THROW(partitioned_allocator<double> a(p), invalid_placement);
+    EXPECT_THROW(partitioned_allocator<double> a{partitioned(partition<float>(100), fallback::degrade)}, invalid_placement);
+    EXPECT_NO_THROW(partitioned_allocator<float> a(p));
+    // rebinding (containers do it for their nodes) keeps the placement without a check
+    partitioned_allocator<double> d(partition<double>(100));
+    partitioned_allocator<char> c(d);
+    EXPECT_EQ(c.placement(), d.placement());
 }
 
 TEST(allocator, small_allocations_come_from_the_node_pool_not_one_mapping_each) {
@@ -217,7 +269,7 @@ TEST(allocator, binding_refused_strict_throws_eperm_degrade_falls_back_and_recor
         soft.deallocate(p, bytes);
         if (degradation_count() != before + 1) return 4;
         if (degradations().empty() || degradations().back().find("Operation not permitted") == std::string::npos) return 5;
-        partitioned_allocator<double> part_soft(partitioned(partition(1 << 20, sizeof(double)), fallback::degrade));
+        partitioned_allocator<double> part_soft(partition<double>(1 << 20), fallback::degrade);
         double* d = part_soft.allocate(1 << 20);
         part_soft.deallocate(d, 1 << 20);
         if (degradation_count() <= before + 1) return 6;
@@ -285,4 +337,55 @@ TEST(allocator, small_blocks_cross_threads_without_loss) {
             }
         });
     for (auto& th : pool) th.join();
+}
+
+namespace {
+// A field of /proc/self/smaps for the mapping that contains p: "AnonHugePages" (kB, as text) or
+// "VmFlags" (two-letter flags: "hg" = MADV_HUGEPAGE, "nh" = MADV_NOHUGEPAGE).
+std::string smaps_field(const void* p, const std::string& field) {
+    std::ifstream in("/proc/self/smaps");
+    std::string line;
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    bool inside = false;
+    while (std::getline(in, line)) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+            inside = lo <= addr && addr < hi;
+            continue;
+        }
+        if (inside && line.compare(0, field.size() + 1, field + ":") == 0) return line.substr(field.size() + 1);
+    }
+    return "";
+}
+bool has_vm_flag(const void* p, const char* flag) {
+    const std::string flags = " " + smaps_field(p, "VmFlags") + " ";
+    return flags.find(std::string(" ") + flag + " ") != std::string::npos;
+}
+std::size_t anon_huge_kb(const void* p) { return std::strtoull(smaps_field(p, "AnonHugePages").c_str(), nullptr, 10); }
+} // namespace
+
+TEST(allocator, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) {
+    // THP `madvise`: huge-page edges ask for huge pages (MADV_HUGEPAGE, VmFlags "hg"); small-page edges
+    // keep them off (MADV_NOHUGEPAGE, "nh") whenever THP is on, so a huge page never straddles two blocks.
+    const auto& topo = topology::get();
+    const std::string thp = topo.capabilities().thp;
+    const bool thp_on = thp == "always" || thp == "madvise";
+    const std::size_t bytes = 64 * mib;
+    const partition<char> huge_edges(bytes, topo.with_cpus(), {}, edge_alignment::huge);
+    const partition<char> page_edges(bytes, topo.with_cpus(), {}, edge_alignment::page);
+    EXPECT_EQ(huge_edges.huge_pages(), thp == "madvise" ? huge_page_advice::request : huge_page_advice::none);
+    EXPECT_EQ(page_edges.huge_pages(), thp_on ? huge_page_advice::forbid : huge_page_advice::none);
+    partitioned_allocator<char> with_huge(huge_edges, fallback::degrade), with_small(page_edges, fallback::degrade);
+    char* a = with_huge.allocate(bytes);
+    char* b = with_small.allocate(bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % detail::huge_page_size(), 0u);
+    memory::touch(a, bytes);
+    memory::touch(b, bytes);
+    EXPECT_EQ(has_vm_flag(a, "hg"), thp == "madvise") << smaps_field(a, "VmFlags");
+    EXPECT_FALSE(has_vm_flag(a, "nh")) << smaps_field(a, "VmFlags");
+    EXPECT_EQ(has_vm_flag(b, "nh"), thp_on) << smaps_field(b, "VmFlags");
+    EXPECT_EQ(anon_huge_kb(b), 0u) << "small-page edges keep huge pages off";
+    // (whether the kernel then finds free huge pages for `a` is its business: bench_huge_pages reports it)
+    with_huge.deallocate(a, bytes);
+    with_small.deallocate(b, bytes);
 }

@@ -138,13 +138,13 @@ TEST(error, interleaved_and_preferred_many_reject_unknown_ids) {
 
 TEST(error, partition_rejects_unknown_ids) {
     const int n = node_count();
-    expect_unknown_node([&] { numaplace::partition p(100, 8, node_set{0, n}, {}); (void)p; }, n, "partition({0, N})");
-    expect_unknown_node([&] { numaplace::partition p(100, 8, node_set{n + 1}, {1}); (void)p; }, n + 1,
+    expect_unknown_node([&] { numaplace::partition<double> p(100, node_set{0, n}, {}); (void)p; }, n, "partition({0, N})");
+    expect_unknown_node([&] { numaplace::partition<double> p(100, node_set{n + 1}, {1}); (void)p; }, n + 1,
                         "partition({N+1}, {1})");
     // against a synthetic topology: its own range
     const auto two = topology::from_synthetic("pack:2 numa:1 core:2 pu:1");
     try {
-        numaplace::partition p(100, 8, node_set{0, 2}, {}, numaplace::edge_alignment::page, *two);
+        numaplace::partition<double> p(100, node_set{0, 2}, {}, numaplace::edge_alignment::page, *two);
         ADD_FAILURE() << "no exception";
     } catch (const numaplace::unknown_node& e) {
         EXPECT_EQ(e.node(), 2);
@@ -187,8 +187,8 @@ TEST(error, empty_node_set_is_invalid_placement) {
     expect_invalid([] { numaplace::interleaved_allocator<int> a(node_set{}); (void)a; }, "empty",
                    "interleaved_allocator({})");
     expect_invalid([] { numaplace::preferred_many x(node_set{}); (void)x; }, "empty", "preferred_many({})");
-    expect_invalid([] { numaplace::partition p(100, 8, node_set{}, {}); (void)p; }, "empty", "partition({})");
-    expect_invalid([] { numaplace::partitioned x{numaplace::partition()}; (void)x; }, "empty",
+    expect_invalid([] { numaplace::partition<double> p(100, node_set{}, {}); (void)p; }, "empty", "partition({})");
+    expect_invalid([] { numaplace::partitioned x{numaplace::partition<double>()}; (void)x; }, "empty",
                    "partitioned(empty partition)");
     // and it is an invalid_argument
     EXPECT_THROW(numaplace::interleaved x(node_set{}), std::invalid_argument);
@@ -201,13 +201,13 @@ TEST(error, weight_count_mismatch_and_all_zero_weights_are_invalid_placement) {
                    "interleaved: one weight too many");
     expect_invalid([&] { numaplace::interleaved x(all, std::vector<std::size_t>(n, 0)); (void)x; }, "zero",
                    "interleaved: all weights zero");
-    expect_invalid([&] { numaplace::partition p(100, 8, all, std::vector<std::size_t>(n + 1, 1)); (void)p; },
+    expect_invalid([&] { numaplace::partition<double> p(100, all, std::vector<std::size_t>(n + 1, 1)); (void)p; },
                    "weights", "partition: one weight too many");
-    expect_invalid([&] { numaplace::partition p(100, 8, all, std::vector<std::size_t>(n, 0)); (void)p; }, "zero",
+    expect_invalid([&] { numaplace::partition<double> p(100, all, std::vector<std::size_t>(n, 0)); (void)p; }, "zero",
                    "partition: all weights zero");
     // the message says how many of each
     try {
-        numaplace::partition p(100, 8, all, std::vector<std::size_t>(n + 2, 1));
+        numaplace::partition<double> p(100, all, std::vector<std::size_t>(n + 2, 1));
         ADD_FAILURE() << "no exception";
     } catch (const numaplace::invalid_placement& e) {
         EXPECT_TRUE(contains(e.what(), std::to_string(n + 2) + " weights for " + std::to_string(n) + " nodes"))
@@ -220,7 +220,10 @@ TEST(error, weight_count_mismatch_and_all_zero_weights_are_invalid_placement) {
 }
 
 TEST(error, element_size_zero_and_bad_topology_descriptions_are_invalid_placement) {
-    expect_invalid([] { numaplace::partition p(100, 0); (void)p; }, "element size", "partition element size 0");
+    expect_invalid([] { numaplace::basic_partition p(100, 0, 1, topology::get().with_cpus(), {}, numaplace::edge_alignment::page,
+                                                     topology::get(), numaplace::page_geometry{}); (void)p; },
+                   "element size", "partition element size 0");
+    expect_invalid([] { (void)numaplace::partition<double>::rows(100, 0); }, "row length 0", "rows partition of row length 0");
     expect_invalid([] { (void)topology::from_synthetic("this is not a topology"); }, "synthetic", "from_synthetic");
     expect_invalid([] { (void)topology::from_xml("/nonexistent/numaplace/topology.xml"); }, "XML", "from_xml");
 }
@@ -234,7 +237,7 @@ TEST(error, size_overflow_throws_bad_array_new_length) {
     EXPECT_THROW((void)a.allocate(std::numeric_limits<std::size_t>::max() / 2), std::bad_array_new_length);
     numaplace::interleaved_allocator<int> i{numaplace::interleaved(fallback::degrade)};
     EXPECT_THROW((void)i.allocate(i.max_size() + 1), std::bad_array_new_length);
-    numaplace::partitioned_allocator<long> p(sizeof(long));
+    numaplace::partitioned_allocator<long> p;
     EXPECT_THROW((void)p.allocate(p.max_size() + 1), std::bad_array_new_length);
     // it is a bad_alloc
     EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_alloc);
@@ -258,6 +261,27 @@ TEST(error, placement_error_carries_node_bytes_and_errno) {
     EXPECT_TRUE(contains(several.what(), "node any")) << several.what();
     const std::bad_alloc& base = e;
     EXPECT_EQ(std::string(base.what()), msg);
+}
+
+TEST(error, placement_error_copies_never_throw_and_share_the_message) {
+    static_assert(std::is_nothrow_copy_constructible<numaplace::placement_error>::value, "");
+    static_assert(std::is_nothrow_copy_assignable<numaplace::placement_error>::value, "");
+    static_assert(std::is_nothrow_copy_constructible<numaplace::invalid_placement>::value, "");
+    static_assert(std::is_nothrow_copy_constructible<numaplace::unknown_node>::value, "");
+    const numaplace::placement_error e(1, 4096, EPERM, std::string(200, 'x'));
+    numaplace::placement_error copy = e;
+    // the copy shares the message buffer (reference counted): copying and what() allocate nothing
+    EXPECT_EQ(copy.what(), e.what());
+    numaplace::placement_error other(2, 1, ENOMEM, "other");
+    other = e;
+    EXPECT_EQ(other.what(), e.what());
+    EXPECT_EQ(other.node(), 1);
+    EXPECT_EQ(other.bytes(), 4096u);
+    EXPECT_EQ(other.error_number(), EPERM);
+    // moved-from stays valid
+    numaplace::placement_error moved = std::move(copy);
+    EXPECT_STREQ(copy.what(), e.what()); // NOLINT(bugprone-use-after-move)
+    EXPECT_EQ(moved.node(), 1);
 }
 
 TEST(error, strict_bind_of_more_than_the_node_has_throws_placement_error) {

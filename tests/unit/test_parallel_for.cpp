@@ -22,7 +22,7 @@ using namespace numaplace;
 
 namespace {
 void expect_each_index_once(std::size_t n) {
-    partition part(n, sizeof(double));
+    partition<double> part(n);
     std::unique_ptr<std::atomic<unsigned char>[]> seen(new std::atomic<unsigned char>[n ? n : 1]);
     for (std::size_t i = 0; i < n; ++i) seen[i] = 0;
     parallel_for(part, [&](subrange r) {
@@ -50,7 +50,7 @@ TEST(parallel_for, visits_every_index_exactly_once) {
 TEST(parallel_for, block_k_runs_on_node_k_cpus_and_is_told_its_node) {
     const auto& topo = topology::get();
     const std::size_t n = 4u << 20;
-    partition part(n, sizeof(double));
+    partition<double> part(n);
     where_ran w(n);
     parallel_for(part, [&](subrange r) {
         const int cpu_node = topo.current_node();
@@ -72,7 +72,7 @@ TEST(parallel_for, block_k_runs_on_node_k_cpus_and_is_told_its_node) {
 
 TEST(parallel_for, every_node_with_cpus_gets_a_block_and_memory_only_nodes_none) {
     const auto& topo = topology::get();
-    partition part(1u << 24, 1);
+    partition<char> part(1u << 24);
     for (const auto& n : topo.nodes()) {
         EXPECT_EQ(part.block_on(n.id).empty(), !n.has_cpus()) << "node " << n.id;
     }
@@ -81,13 +81,13 @@ TEST(parallel_for, every_node_with_cpus_gets_a_block_and_memory_only_nodes_none)
 TEST(parallel_for, per_index_body) {
     const std::size_t n = 100'003;
     std::vector<std::atomic<int>> hits(n);
-    parallel_for(partition(n, sizeof(int)), [&](std::size_t i) { hits[i].fetch_add(1); });
+    parallel_for(partition<int>(n), [&](std::size_t i) { hits[i].fetch_add(1); });
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
 }
 
 TEST(parallel_reduce, equals_the_serial_sum_exactly_on_integers) {
     for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(4097), std::size_t(10'000'000)}) {
-        partition part(n, sizeof(long));
+        partition<long> part(n);
         long long sum = parallel_reduce(
             part, 0LL,
             [](subrange r, long long acc) {
@@ -104,7 +104,7 @@ TEST(parallel_reduce, equals_the_serial_sum_exactly_on_integers) {
 TEST(parallel_for, exception_from_the_body_reaches_the_caller_and_cancels_the_rest) {
     const std::size_t n = 1u << 22;
     std::atomic<std::size_t> ran{0};
-    EXPECT_THROW(parallel_for(partition(n, 1),
+    EXPECT_THROW(parallel_for(partition<char>(n),
                               [&](subrange r) {
                                   ran += r.size();
                                   if (r.begin() <= n / 2 && n / 2 < r.end()) throw std::runtime_error("body failed");
@@ -117,7 +117,7 @@ TEST(parallel_for, exception_from_the_body_reaches_the_caller_and_cancels_the_re
 
 TEST(parallel_reduce, exception_propagates) {
     EXPECT_THROW(parallel_reduce(
-                     partition(1000, 8), 0,
+                     partition<double>(1000), 0,
                      [](subrange r, int acc) -> int {
                          if (r.begin() == 0) throw std::logic_error("x");
                          return acc + static_cast<int>(r.size());
@@ -129,12 +129,12 @@ TEST(parallel_reduce, exception_propagates) {
 TEST(parallel_for, nested_calls_stay_on_the_outer_block_node) {
     const auto& topo = topology::get();
     const std::size_t outer = 64, inner = 10000;
-    partition part_outer(outer, 4096); // one element per page: several per node
+    const auto part_outer = partition<char>::rows(outer, 4096); // one row per page: several per node
     std::vector<std::atomic<int>> count(outer * inner);
     std::atomic<std::size_t> off_node{0};
     parallel_for(part_outer, [&](std::size_t o) {
         const int node = part_outer.block_of(o).node;
-        parallel_for(partition(inner, sizeof(int)), [&](subrange r) {
+        parallel_for(partition<int>(inner), [&](subrange r) {
             if (r.node() != node || topo.current_node() != node) off_node.fetch_add(1);
             for (std::size_t i = r.begin(); i < r.end(); ++i) count[o * inner + i].fetch_add(1);
         });
@@ -152,7 +152,7 @@ TEST(parallel_for, called_from_tbb_tasks_does_not_deadlock) {
     for (int t = 0; t < 8; ++t)
         g.run([&] {
             NUMAPLACE_HANDOVER_ACQUIRE();
-            parallel_for(partition(50000, 8), [&](subrange r) { total += static_cast<long>(r.size()); });
+            parallel_for(partition<double>(50000), [&](subrange r) { total += static_cast<long>(r.size()); });
             NUMAPLACE_HANDOVER_RELEASE();
         });
     g.wait();
@@ -163,12 +163,12 @@ TEST(parallel_for, called_from_tbb_tasks_does_not_deadlock) {
     tbb::parallel_invoke(
         [&] {
             NUMAPLACE_HANDOVER_ACQUIRE();
-            parallel_for(partition(1000, 8), [&](subrange r) { again += static_cast<long>(r.size()); });
+            parallel_for(partition<double>(1000), [&](subrange r) { again += static_cast<long>(r.size()); });
             NUMAPLACE_HANDOVER_RELEASE();
         },
         [&] {
             NUMAPLACE_HANDOVER_ACQUIRE();
-            parallel_for(partition(3000, 8), [&](subrange r) { again += static_cast<long>(r.size()); });
+            parallel_for(partition<double>(3000), [&](subrange r) { again += static_cast<long>(r.size()); });
             NUMAPLACE_HANDOVER_RELEASE();
         });
     NUMAPLACE_HANDOVER_ACQUIRE();
@@ -177,7 +177,7 @@ TEST(parallel_for, called_from_tbb_tasks_does_not_deadlock) {
 
 TEST(parallel_for, container_overload_follows_the_allocator_partition) {
     const std::size_t n = (16u << 20) / sizeof(double) + 5;
-    partition part(n, sizeof(double));
+    partition<double> part(n);
     partitioned_vector<double> v(n, partitioned_allocator<double>(part));
     EXPECT_EQ(partition_of(v), part);
     parallel_for(v, [&](subrange r) {
@@ -195,7 +195,7 @@ TEST(first_touch, places_block_k_on_node_k_without_changing_contents) {
     // plain pages (no binding): only the touching thread's node decides
     void* raw = memory::map(n * sizeof(double), detail::huge_page_size());
     auto* data = static_cast<double*>(raw);
-    partition part(n, sizeof(double));
+    partition<double> part(n);
     EXPECT_EQ(where(data, n * sizeof(double)).untouched, n * sizeof(double) / detail::page_size());
     first_touch(data, part);
     auto loc = where(data, part);
@@ -213,7 +213,7 @@ TEST(first_touch, places_block_k_on_node_k_without_changing_contents) {
 
 TEST(first_touch, default_init_vector_then_first_touch) {
     const std::size_t n = (16u << 20) / sizeof(float);
-    partition part(n, sizeof(float));
+    partition<float> part(n);
     partitioned_vector<float> v(n, partitioned_allocator<float>(part));
     EXPECT_EQ(where(v).untouched, where(v).pages);
     first_touch(v);
@@ -239,4 +239,115 @@ TEST(arenas, report_says_how_blocks_are_pinned) {
         EXPECT_STREQ(actual, expect) << r.reason;
     }
     if (const char* expect = std::getenv("NUMAPLACE_EXPECT_TBBBIND")) EXPECT_EQ(r.tbbbind_loaded, expect[0] == '1');
+}
+
+// --- The typed partition carried from allocation to loop -------------------------------------------
+
+TEST(parallel_for, rows_partition_runs_block_k_rows_on_node_k_and_their_pages_are_there) {
+    // The seeds' DGEMV shape, scaled: A of M x N doubles placed and computed by whole rows.
+    const auto& topo = topology::get();
+    const std::size_t m = 3001, n = 1000; // 8000-byte rows: edges every 32 rows of 4 KiB pages
+    const auto rows = partition<double>::rows(m, n);
+    partitioned_vector<double> a(m * n, partitioned_allocator<double>(rows));
+    std::vector<int> ran_on(m, -2), told(m, -2);
+    std::unique_ptr<std::atomic<unsigned char>[]> seen(new std::atomic<unsigned char>[m]);
+    for (std::size_t i = 0; i < m; ++i) seen[i] = 0;
+    parallel_for(rows, [&](subrange r) { // indexes are rows; parallel init of A, row by row
+        const int cpu = topo.current_node();
+        for (std::size_t i = r.begin(); i < r.end(); ++i) {
+            seen[i].fetch_add(1, std::memory_order_relaxed);
+            ran_on[i] = cpu;
+            told[i] = r.node();
+            for (std::size_t j = 0; j < n; ++j) a[i * n + j] = static_cast<double>(i);
+        }
+    });
+    for (std::size_t i = 0; i < m; ++i) {
+        ASSERT_EQ(seen[i].load(), 1) << "row " << i;
+        ASSERT_EQ(told[i], rows.block_of(i).node) << "row " << i;
+        if (topo.with_cpus().size() > 1) ASSERT_EQ(ran_on[i], told[i]) << "row " << i;
+    }
+    // where() inspects every element's page (m * n elements), expected node = block of row i / n
+    auto loc = where(a.data(), rows);
+    EXPECT_EQ(loc.histogram.pages, (m * n * sizeof(double) + detail::page_size() - 1) / detail::page_size());
+    EXPECT_EQ(loc.histogram.untouched, 0u);
+    EXPECT_EQ(loc.remote, 0u);
+    for (const auto& b : rows.blocks()) {
+        if (b.empty()) continue;
+        auto h = where(a.data() + b.begin * n, b.size() * n * sizeof(double));
+        EXPECT_EQ(h.on(b.node), h.pages) << "rows of node " << b.node;
+    }
+}
+
+TEST(parallel_for, container_loop_covers_its_elements_for_a_rows_partition) {
+    const std::size_t m = 777, n = 513;
+    const auto rows = partition<double>::rows(m, n);
+    partitioned_vector<double> a(m * n, partitioned_allocator<double>(rows));
+    const partition<double> part = partition_of(a);
+    EXPECT_EQ(part, rows.elements());
+    EXPECT_EQ(part.size(), m * n);
+    std::unique_ptr<std::atomic<unsigned char>[]> seen(new std::atomic<unsigned char>[m * n]);
+    for (std::size_t i = 0; i < m * n; ++i) seen[i] = 0;
+    std::atomic<std::size_t> wrong_node{0};
+    parallel_for(a, [&](subrange r) {
+        for (std::size_t i = r.begin(); i < r.end(); ++i) {
+            seen[i].fetch_add(1, std::memory_order_relaxed);
+            if (r.node() != rows.block_of(i / n).node) wrong_node.fetch_add(1);
+        }
+    });
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < m * n; ++i) wrong += seen[i].load() != 1;
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_EQ(wrong_node.load(), 0u);
+    // element-wise first_touch of the rows partition covers every page
+    partitioned_vector<double> b(m * n, partitioned_allocator<double>(rows));
+    first_touch(b);
+    EXPECT_EQ(where(b.data(), rows).histogram.untouched, 0u);
+    EXPECT_EQ(where(b.data(), rows).remote, 0u);
+}
+
+TEST(parallel_for, grown_vector_loop_follows_its_capacity_split_block_k_on_node_k) {
+    const auto& topo = topology::get();
+    std::vector<double, partitioned_allocator<double>> v; // the default partition of double
+    for (std::size_t i = 0; i < 3'000'000; ++i) v.push_back(static_cast<double>(i)); // reallocates ~22 times
+    ASSERT_GT(v.capacity(), v.size());
+    const partition<double> part = partition_of(v);
+    EXPECT_EQ(part.size(), v.size());
+    EXPECT_EQ(part.units(), v.capacity());
+    EXPECT_EQ(part, partition<double>(v.capacity()).clipped(v.size())); // the split of the capacity
+    std::vector<int> ran_on(v.size(), -2), told(v.size(), -2);
+    parallel_for(v, [&](subrange r) {
+        const int cpu = topo.current_node();
+        for (std::size_t i = r.begin(); i < r.end(); ++i) {
+            ran_on[i] = cpu;
+            told[i] = r.node();
+            v[i] += 1.0;
+        }
+    });
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        wrong += v[i] != static_cast<double>(i) + 1.0;
+        wrong += told[i] != part.block_of(i).node;
+        if (topo.with_cpus().size() > 1) wrong += ran_on[i] != told[i];
+    }
+    EXPECT_EQ(wrong, 0u);
+    // the pages of block k (bound when the capacity was allocated) are on node k
+    auto loc = where(v.data(), part);
+    EXPECT_EQ(loc.remote, 0u);
+    // resize within the capacity moves only the clip
+    const std::size_t cap = v.capacity();
+    v.resize(v.size() + 10);
+    ASSERT_EQ(v.capacity(), cap);
+    EXPECT_EQ(partition_of(v), part.resized(cap).clipped(v.size()));
+}
+
+TEST(parallel_reduce, rows_partition_reduces_over_rows) {
+    const std::size_t m = 1000, n = 100;
+    const auto rows = partition<int>::rows(m, n);
+    const long long sum = parallel_reduce(
+        rows, 0LL, [](subrange r, long long s) {
+            for (std::size_t i = r.begin(); i < r.end(); ++i) s += static_cast<long long>(i);
+            return s;
+        },
+        [](long long a, long long b) { return a + b; });
+    EXPECT_EQ(sum, static_cast<long long>(m * (m - 1) / 2));
 }

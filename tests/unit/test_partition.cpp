@@ -1,7 +1,9 @@
-// partition.hpp: blocked split of [0,n) over nodes. Exact on any topology: expectations are computed
-// from the topology the partition is built over (the process's, or synthetic/XML ones for 2, 4, 8 nodes).
+// partition.hpp: the typed, pure, carried split of [0,n) units over nodes. Exact on any topology:
+// expectations are computed from the arguments (synthetic/XML topologies, explicit page geometry), and a
+// randomized property test checks 100000 partitions against an independent oracle.
 
 #include <numaplace/partition.hpp>
+#include <numaplace/placement.hpp>
 #include <numaplace/topology.hpp>
 
 #include <gtest/gtest.h>
@@ -13,6 +15,9 @@
 #include <fstream>
 #include <limits>
 #include <memory>
+#include <random>
+#include <type_traits>
+#include <utility>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -20,7 +25,11 @@
 
 #include <unistd.h>
 
+using numaplace::basic_partition;
 using numaplace::block;
+using numaplace::huge_page_advice;
+using numaplace::page_geometry;
+using numaplace::thp_mode;
 using numaplace::edge_alignment;
 using numaplace::node_set;
 using numaplace::partition;
@@ -100,65 +109,107 @@ const topology& asymmetric() {
 
 __extension__ typedef unsigned __int128 wide;
 
-// e * element_size % alignment, without overflowing (e * element_size may exceed 64 bits).
-std::size_t misalignment(std::size_t e, std::size_t element_size, std::size_t alignment) {
-    return static_cast<std::size_t>(static_cast<wide>(e) * element_size % alignment);
+constexpr std::size_t mib = std::size_t(1) << 20;
+const page_geometry plain{4096, 2 * mib, thp_mode::never};
+const page_geometry always{4096, 2 * mib, thp_mode::always};
+const page_geometry thp_madvise{4096, 2 * mib, thp_mode::madvise};
+constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
+
+// One synthetic topology per node count 1..8 (cores per node vary: 1..3).
+const topology& synthetic_n(std::size_t nodes) {
+    static std::vector<std::unique_ptr<topology>> t = [] {
+        std::vector<std::unique_ptr<topology>> v;
+        for (std::size_t k = 1; k <= 8; ++k)
+            v.push_back(topology::from_synthetic("pack:" + std::to_string(k) + " numa:1 core:" +
+                                                 std::to_string(k % 3 + 1) + " pu:1"));
+        return v;
+    }();
+    return *t[nodes - 1];
 }
 
-// The contract: one block per node in node order, contiguous, covering [0,n) exactly once, every inner
-// edge on an alignment boundary of the element array.
-void expect_well_formed(const partition& p) {
-    SCOPED_TRACE("n=" + std::to_string(p.size()) + " element_size=" + std::to_string(p.element_size()) +
-                 " alignment=" + std::to_string(p.alignment()));
-    const auto& blocks = p.blocks();
-    ASSERT_EQ(blocks.size(), p.nodes().size());
-    ASSERT_FALSE(blocks.empty());
-    EXPECT_EQ(blocks.front().begin, 0u);
-    EXPECT_EQ(blocks.back().end, p.size());
-    EXPECT_TRUE(p.alignment() == page || p.alignment() == huge) << p.alignment();
-    EXPECT_EQ(p.needs_no_huge_pages(), p.alignment() < huge);
-    std::size_t covered = 0;
-    for (std::size_t k = 0; k < blocks.size(); ++k) {
-        EXPECT_EQ(blocks[k].node, p.nodes()[k]) << "block " << k;
-        EXPECT_LE(blocks[k].begin, blocks[k].end) << "block " << k;
-        if (k > 0) {
-            EXPECT_EQ(blocks[k].begin, blocks[k - 1].end) << "block " << k;
-            EXPECT_LT(blocks[k - 1].node, blocks[k].node) << "block " << k;
-        }
-        if (blocks[k].end != p.size())
-            EXPECT_EQ(misalignment(blocks[k].end, p.element_size(), p.alignment()), 0u)
-                << "edge " << blocks[k].end << " of block " << k;
-        covered += blocks[k].size();
+// --- An independent oracle: exact rational arithmetic on 192-bit products, written separately from the
+// library's mul_div (which is shift-and-add).
+struct u192 {
+    wide hi; // bits 64..191
+    std::uint64_t lo;
+    friend bool operator<(const u192& a, const u192& b) { return a.hi < b.hi || (a.hi == b.hi && a.lo < b.lo); }
+    friend bool operator<=(const u192& a, const u192& b) { return !(b < a); }
+};
+// a * b for a < 2^64, b < 2^127
+u192 mul(std::uint64_t a, wide b) {
+    const wide p_lo = static_cast<wide>(a) * static_cast<std::uint64_t>(b);
+    const wide p_hi = static_cast<wide>(a) * static_cast<std::uint64_t>(b >> 64); // b >> 64 < 2^63
+    return u192{(p_lo >> 64) + p_hi, static_cast<std::uint64_t>(p_lo)};
+}
+
+struct oracle_args {
+    std::size_t n, element_size, row_length;
+    std::vector<std::size_t> weights;
+    edge_alignment edges;
+    page_geometry geometry;
+};
+
+// Checks one partition against the contract, computed independently from its arguments.
+// \returns an empty string or what failed.
+std::string check_against_oracle(const basic_partition& p, const oracle_args& a) {
+    const std::size_t unit = a.element_size * a.row_length;
+    wide total = 0;
+    std::size_t smallest = 0;
+    for (std::size_t w : a.weights) {
+        total += w;
+        if (w && (!smallest || w < smallest)) smallest = w;
     }
-    EXPECT_EQ(covered, p.size());
+    if (p.size() != a.n || p.units() != a.n) return "size";
+    if (p.unit_bytes() != unit || p.element_size() != a.element_size || p.row_length() != a.row_length) return "unit";
+    if (p.block_count() != a.weights.size()) return "block count";
+    // alignment: explicit policies exactly; automatic per the documented rule (long double threshold:
+    // accept either answer within 1e-12 of the threshold)
+    const std::size_t align = p.alignment();
+    if (a.edges == edge_alignment::page && align != a.geometry.page) return "page alignment";
+    if (a.edges == edge_alignment::huge && align != a.geometry.huge) return "huge alignment";
+    if (a.edges == edge_alignment::automatic) {
+        if (a.geometry.thp == thp_mode::never) {
+            if (align != a.geometry.page) return "automatic alignment with THP never";
+        } else {
+            const long double lcm = static_cast<long double>(unit / std::gcd(unit, a.geometry.huge)) * a.geometry.huge;
+            const long double lhs = static_cast<long double>(a.n) * unit * smallest;
+            const long double rhs = 8.0L * lcm * static_cast<long double>(total);
+            const bool near = (lhs > rhs ? lhs - rhs : rhs - lhs) <= 1e-12L * rhs;
+            if (!near && align != (lhs >= rhs ? a.geometry.huge : a.geometry.page)) return "automatic alignment";
+        }
+    }
+    const std::size_t step = align / std::gcd(unit, align);
+    if (p.step() != step) return "step";
+    // blocks: contiguous, in node order, cover [0,n) once; inner edges aligned; each inner edge e_k
+    // satisfies e_k <= n*P_k/T < e_k + step (exact share rounded down to a step), so every block is within
+    // one step of n*w_k/T.
+    wide prefix = 0;
+    std::size_t expected_begin = 0;
+    for (std::size_t k = 0; k < a.weights.size(); ++k) {
+        const block b = p.block(k);
+        if (b.node != p.nodes()[k]) return "node order";
+        if (b.begin != expected_begin || b.end < b.begin) return "contiguity at block " + std::to_string(k);
+        if (a.weights[k] == 0 && !b.empty()) return "a zero-weight block is not empty at block " + std::to_string(k);
+        prefix += a.weights[k];
+        const std::size_t e = b.end;
+        if (prefix == total) {
+            if (e != a.n) return "edge after the last weight is not n at block " + std::to_string(k);
+        } else {
+            if (static_cast<wide>(e) * unit % align != 0) return "edge alignment at block " + std::to_string(k);
+            const u192 exact = mul(a.n, prefix);     // n * P_k (compare with e * T)
+            if (!(mul(e, total) <= exact)) return "edge above its exact share at block " + std::to_string(k);
+            // (e + step) * T > n * P_k; trivially true when e + step > SIZE_MAX >= n
+            if (static_cast<wide>(e) + step <= size_max && !(exact < mul(e + step, total)))
+                return "edge more than a step below its exact share at block " + std::to_string(k);
+        }
+        expected_begin = e;
+    }
+    if (expected_begin != a.n) return "coverage";
+    return {};
 }
-
-std::vector<std::size_t> sizes_to_try(std::size_t nodes) {
-    std::vector<std::size_t> n = {0, 1, 2, 3, 7, 4096, 4097, 3 * 4096, 65536, 7919, 104729, 1000003,
-                                  10000000, std::size_t(1) << 20, (std::size_t(1) << 20) + 1};
-    for (std::size_t i = 1; i < nodes; ++i) n.push_back(i); // fewer than nodes
-    for (std::size_t k = 1; k <= 8; ++k) n.push_back(k * page); // page multiples
-    n.push_back(8 * huge * nodes);     // on the automatic threshold (element size 1)
-    n.push_back(8 * huge * nodes - 1); // just below
-    return n;
-}
-
-const std::vector<std::size_t> element_sizes = {1, 3, 8, 24, 4096, 3000, 5000};
 
 std::vector<const topology*> all_topologies() {
     return {&topology::get(), &synthetic(2), &synthetic(4), &synthetic(8), &asymmetric()};
-}
-
-// The documented automatic rule: huge-page edges iff THP is "always" and every block with a non-zero
-// weight still gets at least eight huge pages.
-std::size_t expected_automatic_alignment(std::size_t n, std::size_t element_size,
-                                         const std::vector<std::size_t>& weights) {
-    if (topology::get().capabilities().thp != "always") return page;
-    const long double bytes = static_cast<long double>(n) * static_cast<long double>(element_size);
-    const long double total = static_cast<long double>(std::accumulate(weights.begin(), weights.end(), std::size_t(0)));
-    for (std::size_t w : weights)
-        if (w != 0 && bytes * static_cast<long double>(w) / total < 8.0L * static_cast<long double>(huge)) return page;
-    return huge;
 }
 
 } // namespace
@@ -167,410 +218,328 @@ TEST(partition, synthetic_topologies_have_the_nodes_and_cores_the_tests_assume) 
     EXPECT_EQ(synthetic(2).size(), 2u);
     EXPECT_EQ(synthetic(4).size(), 4u);
     EXPECT_EQ(synthetic(8).size(), 8u);
-    for (int n : {2, 4, 8}) {
-        for (const auto& node : synthetic(n).nodes()) {
-            EXPECT_TRUE(node.has_cpus());
-            EXPECT_GT(node.cores, 0u);
-        }
-    }
     EXPECT_EQ(synthetic(2).at(0).cores, 4u);
     EXPECT_EQ(synthetic(4).at(3).cores, 2u); // cores, not PUs (pu:2)
-    EXPECT_EQ(synthetic(4).at(3).cpus.size(), 4u);
     ASSERT_EQ(asymmetric().size(), 3u);
     EXPECT_EQ(asymmetric().at(0).cores, 3u);
     EXPECT_EQ(asymmetric().at(1).cores, 1u);
     EXPECT_FALSE(asymmetric().at(2).has_cpus());
-    EXPECT_EQ(asymmetric().at(2).cores, 0u);
     EXPECT_EQ(asymmetric().with_cpus(), (node_set{0, 1}));
+    for (std::size_t k = 1; k <= 8; ++k) EXPECT_EQ(synthetic_n(k).size(), k);
 }
 
-TEST(partition, default_partition_is_empty) {
-    partition p;
+// --- The property test: 100000 random partitions against the oracle (fixed seed, < 10 s).
+TEST(partition, property_random_partitions_match_the_oracle) {
+    std::mt19937_64 rng(20261122);
+    auto pick = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); };
+    std::size_t cases = 0, failures = 0, huge_cases = 0, clipped_checks = 0;
+    std::string first_failure;
+    for (; cases < 100000; ++cases) {
+        const std::size_t nodes = pick(1, 8);
+        const topology& topo = synthetic_n(nodes);
+        // unit: 1 byte .. 8 MiB, as element size x row length
+        const std::size_t element = std::vector<std::size_t>{1, 2, 3, 4, 8, 12, 16, 24, 64, 3000, 4096, 5000}[pick(0, 11)];
+        std::size_t row = 1;
+        switch (pick(0, 3)) {
+        case 0: row = 1; break;
+        case 1: row = pick(1, 100); break;
+        case 2: row = pick(1, 20000); break;
+        default: row = pick(1, 8 * mib / element); break;
+        }
+        const std::size_t unit = element * row;
+        // n: small, around page/huge multiples, large, up to SIZE_MAX / unit
+        const std::size_t max_n = size_max / unit;
+        std::size_t n = 0;
+        switch (pick(0, 4)) {
+        case 0: n = pick(0, 64); break;
+        case 1: n = pick(0, 100000); break;
+        case 2: n = std::min(max_n, pick(0, std::size_t(1) << 34)); break;
+        case 3: n = pick(0, max_n); break;
+        default: n = std::min(max_n, (pick(1, 64) * 2 * mib) / unit + pick(0, 2) - 1); break;
+        }
+        std::vector<std::size_t> w(nodes);
+        const std::size_t kind = pick(0, 4);
+        for (auto& x : w) {
+            switch (kind) {
+            case 0: x = pick(0, 8); break;
+            case 1: x = pick(0, 1000000); break;
+            case 2: x = size_max - pick(0, 3); break;
+            case 3: x = std::size_t(1) << 63; break;
+            default: x = pick(0, 2) == 0 ? size_max - pick(0, 5) : pick(0, 4); break;
+            }
+        }
+        if (std::all_of(w.begin(), w.end(), [](std::size_t x) { return x == 0; })) w[pick(0, nodes - 1)] = pick(1, 5);
+        const edge_alignment edges = static_cast<edge_alignment>(pick(0, 2));
+        page_geometry g{4096, 2 * mib, static_cast<thp_mode>(pick(0, 2))};
+        if (pick(0, 9) == 0) g = page_geometry{65536, 512 * mib, g.thp}; // arm64 with 64 KiB pages
+        oracle_args args{n, element, row, w, edges, g};
+        const basic_partition p(n, element, row, topo.all(), w, edges, topo, g);
+        huge_cases += p.alignment() == g.huge;
+        std::string why = check_against_oracle(p, args);
+        // resized is the same as building anew; clipped keeps blocks and cuts; elements scales by rows
+        if (why.empty()) {
+            const std::size_t m = pick(0, std::min(max_n, n + 100000));
+            if (p.resized(m) != basic_partition(m, element, row, topo.all(), w, edges, topo, g)) why = "resized";
+            const std::size_t c = pick(0, n);
+            const basic_partition cl = p.clipped(c);
+            const basic_partition el = p.elements();
+            if (el.size() != n * row || el.row_length() != 1) why = "elements size";
+            for (std::size_t k = 0; k < p.block_count() && why.empty(); ++k) {
+                const block b = p.block(k), bc = cl.block(k), be = el.block(k);
+                if (bc != block{b.node, std::min(b.begin, c), std::min(b.end, c)}) why = "clipped block";
+                if (be != block{b.node, b.begin * row, b.end * row}) why = "elements block";
+                ++clipped_checks;
+            }
+            if (why.empty() && n > 0) {
+                const std::size_t i = pick(0, n - 1);
+                const block b = p.block_of(i);
+                if (!(b.begin <= i && i < b.end)) why = "block_of";
+            }
+        }
+        if (!why.empty()) {
+            if (first_failure.empty())
+                first_failure = why + " (nodes " + std::to_string(nodes) + ", n " + std::to_string(n) + ", element " +
+                                std::to_string(element) + ", row " + std::to_string(row) + ", weight kind " +
+                                std::to_string(kind) + ")";
+            ++failures;
+        }
+    }
+    EXPECT_EQ(cases, 100000u);
+    EXPECT_EQ(failures, 0u) << first_failure;
+    EXPECT_GT(huge_cases, 1000u); // both alignments are exercised
+    EXPECT_GT(clipped_checks, 100000u);
+}
+
+TEST(partition, oracle_catches_a_wrong_split) {
+    // the oracle is not vacuous: a split with other weights or another n fails it
+    const auto& topo = synthetic(2);
+    const basic_partition p(1000000, 8, 1, node_set{0, 1}, {3, 1}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(check_against_oracle(p, {1000000, 8, 1, {3, 1}, edge_alignment::page, plain}), "");
+    EXPECT_NE(check_against_oracle(p, {1000000, 8, 1, {1, 1}, edge_alignment::page, plain}), "");
+    EXPECT_NE(check_against_oracle(p, {1000000, 8, 1, {3, 1}, edge_alignment::huge, plain}), "");
+    EXPECT_NE(check_against_oracle(p.resized(999999), {1000000, 8, 1, {3, 1}, edge_alignment::page, plain}), "");
+}
+
+TEST(partition, weights_near_size_max_are_proportional) {
+    const auto& topo = synthetic_n(3);
+    // {3, SIZE_MAX-1, 4}: the middle node takes everything but less than a step on each side
+    partition<char> p(1 << 30, node_set{0, 1, 2}, {3, size_max - 1, 4}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(p.block(0), (block{0, 0, 0}));
+    EXPECT_EQ(p.block(1), (block{1, 0, (std::size_t(1) << 30) - 4096}));
+    EXPECT_EQ(p.block(2), (block{2, (std::size_t(1) << 30) - 4096, std::size_t(1) << 30}));
+    // {2^63, 2^63}: legal (the sum overflows 64 bits), an even split
+    partition<double> q(1 << 20, node_set{0, 1}, {std::size_t(1) << 63, std::size_t(1) << 63}, edge_alignment::page,
+                        topo, plain);
+    EXPECT_EQ(q.block(0), (block{0, 0, 1 << 19}));
+    EXPECT_EQ(q.block(1), (block{1, 1 << 19, 1 << 20}));
+    // {SIZE_MAX, SIZE_MAX, SIZE_MAX} over a SIZE_MAX-byte range: thirds within a page
+    const basic_partition r(size_max, 1, 1, node_set{0, 1, 2}, {size_max, size_max, size_max}, edge_alignment::page,
+                            topo, plain);
+    EXPECT_EQ(r.block(0).end, size_max / 3 / 4096 * 4096);
+    EXPECT_EQ(r.block(2).end, size_max);
+}
+
+TEST(partition, default_partition_is_empty_and_every_observer_works) {
+    partition<double> p;
     EXPECT_EQ(p.size(), 0u);
+    EXPECT_TRUE(p.empty());
+    EXPECT_EQ(p.block_count(), 0u);
     EXPECT_TRUE(p.blocks().empty());
     EXPECT_TRUE(p.nodes().empty());
-    EXPECT_EQ(p, partition());
+    EXPECT_TRUE(p.weights().empty());
+    EXPECT_EQ(p.block_of(0), block{});
+    EXPECT_TRUE(p.block_on(0).empty());
+    EXPECT_EQ(p.element_count(), 0u);
+    EXPECT_EQ(p.huge_pages(), huge_page_advice::none);
+    EXPECT_GT(p.alignment(), 0u);
+    EXPECT_EQ(p, partition<double>());
+    EXPECT_EQ(p.resized(10).size(), 10u);
+    EXPECT_TRUE(p.resized(10).blocks().empty());
+    EXPECT_EQ(p.elements(), p);
 }
 
-TEST(partition, covers_every_index_exactly_once_on_every_topology) {
-    for (const topology* topo : all_topologies()) {
-        const std::size_t nodes = topo->with_cpus().size();
-        for (std::size_t n : sizes_to_try(nodes))
-            for (std::size_t s : element_sizes) {
-                partition p(n, s, *topo);
-                EXPECT_EQ(p.size(), n);
-                EXPECT_EQ(p.element_size(), s);
-                EXPECT_EQ(p.nodes(), topo->with_cpus());
-                expect_well_formed(p);
-            }
-    }
+TEST(partition, value_type_moved_from_equals_source_and_copies_never_throw) {
+    static_assert(std::is_trivially_copyable<partition<double>>::value, "");
+    static_assert(std::is_nothrow_copy_constructible<partition<double>>::value, "");
+    static_assert(std::is_nothrow_copy_assignable<partition<double>>::value, "");
+    static_assert(std::is_nothrow_move_constructible<partition<double>>::value, "");
+    static_assert(std::is_nothrow_default_constructible<partition<double>>::value, "");
+    static_assert(std::is_trivially_copyable<basic_partition>::value, "");
+    static_assert(std::is_trivially_destructible<partition<char>>::value, "");
+    partition<double> a(1000000, synthetic(2));
+    const partition<double> copy = a;
+    partition<double> b(std::move(a));
+    EXPECT_EQ(a, copy); // NOLINT(bugprone-use-after-move): the point of the test
+    EXPECT_EQ(b, copy);
+    EXPECT_EQ(a.blocks(), copy.blocks());
+    EXPECT_EQ(a.size(), 1000000u);
+    partition<double> c;
+    c = std::move(b);
+    EXPECT_EQ(b, copy); // NOLINT
+    EXPECT_EQ(c.block_of(999999), copy.block_of(999999));
 }
 
-TEST(partition, covers_a_brute_force_check_of_small_ranges) {
-    // every index in exactly one block, and block_of agrees
-    for (const topology* topo : all_topologies())
-        for (std::size_t s : {std::size_t(1), std::size_t(8), std::size_t(3000)})
-            for (std::size_t n : {std::size_t(0), std::size_t(5), std::size_t(3 * 4096 + 5), std::size_t(50000)}) {
-                partition p(n, s, *topo, edge_alignment::page);
-                std::vector<int> hits(n, 0);
-                for (const auto& b : p.blocks())
-                    for (std::size_t i = b.begin; i < b.end; ++i) ++hits[i];
-                for (std::size_t i = 0; i < n; ++i) {
-                    ASSERT_EQ(hits[i], 1) << "index " << i << " n " << n << " s " << s;
-                    const block& b = p.block_of(i);
-                    ASSERT_TRUE(b.begin <= i && i < b.end) << "index " << i;
-                }
-            }
+TEST(partition, the_element_type_is_part_of_the_type) {
+    static_assert(!std::is_convertible<partition<float>, partition<double>>::value, "");
+    static_assert(!std::is_constructible<partition<double>, partition<float>>::value, "");
+    partition<double> d(1000, synthetic(2));
+    EXPECT_EQ(d.element_size(), sizeof(double));
+    // the named step from an untyped partition checks the element size
+    EXPECT_EQ(partition<double>::from_untyped(d.untyped()), d);
+    EXPECT_THROW(partition<float>::from_untyped(d.untyped()), numaplace::invalid_placement);
+    EXPECT_THROW(partition<char>::from_untyped(d.untyped()), numaplace::invalid_placement);
 }
 
-TEST(partition, huge_ranges_do_not_overflow) {
-    const std::size_t max = std::numeric_limits<std::size_t>::max();
-    for (const topology* topo : all_topologies()) {
-        for (std::size_t n : {std::size_t(1) << 60, max, max - 1, max / 3})
-            for (std::size_t s : element_sizes)
-                for (edge_alignment a : {edge_alignment::automatic, edge_alignment::page, edge_alignment::huge}) {
-                    partition p(n, s, *topo, a);
-                    expect_well_formed(p);
-                    // blocks are balanced by cores: each within one alignment unit of its share
-                    const auto& w = p.weights();
-                    const std::size_t total = std::accumulate(w.begin(), w.end(), std::size_t(0));
-                    const std::size_t step = p.alignment() / std::gcd(s, p.alignment());
-                    for (std::size_t k = 0; k < p.blocks().size(); ++k) {
-                        const long double share = static_cast<long double>(n) * static_cast<long double>(w[k]) /
-                                                  static_cast<long double>(total);
-                        const long double diff = static_cast<long double>(p.blocks()[k].size()) - share;
-                        EXPECT_LE(diff < 0 ? -diff : diff, 2.0L * static_cast<long double>(step) + share * 1e-15L)
-                            << "block " << k << " n " << n << " s " << s;
-                    }
-                }
-    }
-    // element size 1 over 2^60: exact edges (units of one page)
-    const std::size_t n = std::size_t(1) << 60;
-    partition p(n, 1, synthetic(4), edge_alignment::page);
-    for (std::size_t k = 0; k < 4; ++k) {
-        EXPECT_EQ(p.blocks()[k].begin, k * (n / 4));
-        EXPECT_EQ(p.blocks()[k].end, (k + 1) * (n / 4));
-    }
-}
-
-TEST(partition, inner_edges_fall_on_page_boundaries_of_the_element_array) {
-    for (const topology* topo : all_topologies())
-        for (std::size_t s : element_sizes)
-            for (std::size_t n : sizes_to_try(topo->with_cpus().size())) {
-                partition p(n, s, *topo, edge_alignment::page);
-                EXPECT_EQ(p.alignment(), page);
-                EXPECT_TRUE(p.needs_no_huge_pages() || page == huge);
-                expect_well_formed(p);
-                for (const auto& b : p.blocks())
-                    if (b.end != n) EXPECT_EQ(b.end * s % page, 0u) << "edge " << b.end << " s " << s << " n " << n;
-            }
-}
-
-TEST(partition, element_sizes_that_do_not_divide_the_page_use_the_lcm_as_unit) {
-    // 3000-byte elements: lcm(3000, 4096) = 1536000 bytes = 512 elements; 5000: 2560000 = 512 elements.
-    if (page != 4096) GTEST_SKIP() << "page size " << page;
+TEST(partition, pure_the_same_arguments_give_the_same_blocks_on_any_topology_object) {
+    // page geometry is an input: the system topology and a synthetic one with the same nodes, weights and
+    // geometry give the same blocks, whatever this machine's THP mode
     const auto& topo = synthetic(2);
-    for (std::size_t s : {std::size_t(3000), std::size_t(5000), std::size_t(24), std::size_t(3)}) {
-        const std::size_t step = page / std::gcd(s, page);
-        partition p(10 * step, s, topo, edge_alignment::page);
-        ASSERT_EQ(p.blocks().size(), 2u);
-        EXPECT_EQ(p.blocks()[0].end, 5 * step) << s;
-        // an odd number of units: the first block gets the smaller share (floor of the cumulative weight)
-        partition q(11 * step, s, topo, edge_alignment::page);
-        EXPECT_EQ(q.blocks()[0].end, 5 * step) << s;
-        // a partial last unit counts as a unit
-        partition r(10 * step + 1, s, topo, edge_alignment::page);
-        EXPECT_EQ(r.blocks()[0].end, 5 * step) << s;
-        EXPECT_EQ(r.blocks()[1].end, 10 * step + 1) << s;
+    for (const page_geometry& g : {plain, always, thp_madvise}) {
+        const basic_partition a(100 * mib, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::automatic, topo, g);
+        const basic_partition b(100 * mib, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::automatic, *topology::from_synthetic("pack:2 numa:1 core:4 pu:1"), g);
+        EXPECT_EQ(a.blocks(), b.blocks());
+        EXPECT_EQ(a.geometry(), g);
     }
-}
-
-TEST(partition, explicit_huge_alignment) {
-    for (const topology* topo : all_topologies())
-        for (std::size_t s : element_sizes)
-            for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(10000000), std::size_t(123456789)}) {
-                partition p(n, s, *topo, edge_alignment::huge);
-                EXPECT_EQ(p.alignment(), huge);
-                EXPECT_FALSE(p.needs_no_huge_pages());
-                expect_well_formed(p);
-                for (const auto& b : p.blocks())
-                    if (b.end != n) EXPECT_EQ(misalignment(b.end, s, huge), 0u) << "edge " << b.end << " s " << s;
-            }
-    // 4 nodes, 8-byte elements, 64 MiB: 32 huge pages, 8 per node, edges exact
-    const std::size_t n = 32 * huge / 8;
-    partition p(n, 8, synthetic(4), edge_alignment::huge);
-    for (std::size_t k = 0; k < 4; ++k) EXPECT_EQ(p.blocks()[k].end, (k + 1) * n / 4);
-    // fewer huge pages than nodes: the first nodes get nothing, the last takes everything
-    partition small(huge / 8, 8, synthetic(4), edge_alignment::huge);
-    EXPECT_EQ(small.blocks()[3].size(), huge / 8);
-    for (std::size_t k = 0; k < 3; ++k) EXPECT_TRUE(small.blocks()[k].empty()) << k;
-}
-
-TEST(partition, automatic_alignment_follows_thp_mode_and_block_size) {
+    // synthetic topologies default to {4096, 2 MiB, never}
+    EXPECT_EQ(page_geometry::of(topo), plain);
+    EXPECT_EQ(partition<char>(100, topo).geometry(), plain);
+    // the system topology's geometry is the machine's
+    const page_geometry sys = page_geometry::of(topology::get());
+    EXPECT_EQ(sys.page, numaplace::detail::page_size());
+    EXPECT_EQ(sys.huge, numaplace::detail::huge_page_size());
     const std::string thp = topology::get().capabilities().thp;
-    for (const topology* topo : all_topologies()) {
-        const auto cpu_nodes = topo->with_cpus();
-        const auto weights = partition::core_weights(*topo, cpu_nodes);
-        const std::size_t used = cpu_nodes.size();
-        // Element size 1: the threshold is in bytes. Equal weights: 8 huge pages per block exactly.
-        bool equal = true;
-        for (auto w : weights) equal = equal && w == weights[0];
-        for (std::size_t n : {std::size_t(0), std::size_t(4096), 8 * huge * used - 1, 8 * huge * used,
-                              64 * huge * used, std::size_t(1) << 40}) {
-            for (std::size_t s : {std::size_t(1), std::size_t(8)}) {
-                partition p(n, s, *topo);
-                const std::size_t expected = expected_automatic_alignment(n, s, weights);
-                EXPECT_EQ(p.alignment(), expected) << "thp " << thp << " n " << n << " s " << s;
-                expect_well_formed(p);
-                if (thp != "always") EXPECT_TRUE(p.needs_no_huge_pages() || page == huge);
-            }
-        }
-        if (equal && thp == "always") {
-            EXPECT_EQ(partition(8 * huge * used, 1, *topo).alignment(), huge);
-            EXPECT_EQ(partition(8 * huge * used - 1, 1, *topo).alignment(), page);
-        }
-        if (thp != "always") EXPECT_EQ(partition(std::size_t(1) << 40, 8, *topo).alignment(), page);
-    }
+    EXPECT_EQ(sys.thp, thp == "always" ? thp_mode::always : thp == "madvise" ? thp_mode::madvise : thp_mode::never);
 }
 
-TEST(partition, automatic_alignment_gives_every_weighted_block_eight_huge_pages) {
-    // {3,1} over 16 huge pages: the small block would get 4 huge pages, fewer than 8: page edges.
-    // Over 32 huge pages it gets 8: huge edges when THP is always.
+TEST(partition, automatic_edges_follow_the_geometry_thp_mode) {
     const auto& topo = synthetic(2);
-    const bool always = topology::get().capabilities().thp == "always";
-    partition small(16 * huge, 1, node_set{0, 1}, {3, 1}, edge_alignment::automatic, topo);
-    EXPECT_EQ(small.alignment(), page);
-    partition large(32 * huge, 1, node_set{0, 1}, {3, 1}, edge_alignment::automatic, topo);
-    EXPECT_EQ(large.alignment(), always ? huge : page);
-    if (always) {
-        EXPECT_EQ(large.blocks()[0].size(), 24 * huge);
-        EXPECT_EQ(large.blocks()[1].size(), 8 * huge);
+    // element size 1, equal weights: huge edges from 8 huge pages per block when THP is on
+    for (const page_geometry& g : {always, thp_madvise}) {
+        const basic_partition at(16 * 2 * mib, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::automatic, topo, g);
+        const basic_partition below(16 * 2 * mib - 1, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::automatic, topo, g);
+        EXPECT_EQ(at.alignment(), 2 * mib);
+        EXPECT_EQ(below.alignment(), 4096u);
+        EXPECT_EQ(at.huge_pages(), g.thp == thp_mode::madvise ? huge_page_advice::request : huge_page_advice::none);
+        EXPECT_EQ(below.huge_pages(), huge_page_advice::forbid);
     }
-    // zero weights do not count as blocks
-    partition with_zero(16 * huge, 1, node_set{0, 1}, {0, 1}, edge_alignment::automatic, topo);
-    EXPECT_EQ(with_zero.alignment(), always ? huge : page);
-    EXPECT_TRUE(with_zero.blocks()[0].empty());
+    const basic_partition never(1u << 30, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::automatic, topo, plain);
+    EXPECT_EQ(never.alignment(), 4096u);
+    EXPECT_EQ(never.huge_pages(), huge_page_advice::none);
+    // {3,1} over 16 huge pages: the small block would get 4 (< 8): page edges; over 32 it gets 8
+    EXPECT_EQ(basic_partition(16 * 2 * mib, 1, 1, node_set{0, 1}, {3, 1}, edge_alignment::automatic, topo, always).alignment(), 4096u);
+    const basic_partition large(32 * 2 * mib, 1, 1, node_set{0, 1}, {3, 1}, edge_alignment::automatic, topo, always);
+    EXPECT_EQ(large.alignment(), 2 * mib);
+    EXPECT_EQ(large.block(0).size(), 24 * 2 * mib);
+    // explicit huge edges in thp_madvise mode ask for huge pages
+    EXPECT_EQ(partition<double>(1000, node_set{0, 1}, {}, edge_alignment::huge, topo, thp_madvise).huge_pages(),
+              huge_page_advice::request);
+}
+
+TEST(partition, rows_partition_splits_whole_rows) {
+    const auto& topo = synthetic(2);
+    // the seeds' DGEMV shape, scaled: M = 2000 rows of N = 2000 doubles (16000 bytes a row)
+    const std::size_t m = 2000, n = 2000;
+    const auto rows = partition<double>::rows(m, n, node_set{0, 1}, {}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(rows.size(), m);
+    EXPECT_EQ(rows.row_length(), n);
+    EXPECT_EQ(rows.element_count(), m * n);
+    // 16000-byte rows: lcm(16000, 4096) = 512000 bytes = 32 rows per step
+    EXPECT_EQ(rows.step(), 32u);
+    EXPECT_EQ(rows.block(0), (block{0, 0, 992}));   // 1000 rounded down to 32 rows
+    EXPECT_EQ(rows.block(1), (block{1, 992, 2000}));
+    const auto e = rows.elements();
+    EXPECT_EQ(e.size(), m * n);
+    EXPECT_EQ(e.row_length(), 1u);
+    EXPECT_EQ(e.block(0), (block{0, 0, 992 * n}));
+    EXPECT_EQ(e.block(1), (block{1, 992 * n, m * n}));
+    EXPECT_EQ(e.elements(), e);
+    EXPECT_EQ(e.block_of(992 * n - 1).node, 0);
+    EXPECT_EQ(e.block_of(992 * n).node, 1);
+    // element partition of the same M*N elements is a different split (edges need not be row edges)
+    const partition<double> flat(m * n, node_set{0, 1}, {}, edge_alignment::page, topo, plain);
+    EXPECT_NE(flat.block(0).end % n, 0u);
+    // an element view resized to a partial number of rows splits ceil(m / n) whole rows
+    const auto grown = e.resized(m * n + 5);
+    EXPECT_EQ(grown.units(), m + 1);
+    EXPECT_EQ(grown.block(1).end, m * n + 5);
+    EXPECT_EQ(grown.block(0).end % n, 0u);
 }
 
 TEST(partition, default_weights_are_cores_per_node) {
     for (const topology* topo : all_topologies()) {
-        partition p(1000000, 8, *topo);
+        partition<double> p(1000000, *topo);
         std::vector<std::size_t> cores;
         for (int id : topo->with_cpus()) cores.push_back(topo->at(id).cores);
         EXPECT_EQ(p.weights(), cores);
         EXPECT_EQ(p.nodes(), topo->with_cpus());
-        // explicit node set with empty weights: the same default
-        partition q(1000000, 8, topo->with_cpus(), {}, edge_alignment::automatic, *topo);
-        EXPECT_EQ(q.weights(), cores);
-        EXPECT_EQ(p, q);
+        partition<double> q(1000000, topo->with_cpus(), {}, edge_alignment::automatic, *topo);
+        EXPECT_EQ(p, q); // interned: equal content, same layout
     }
-    EXPECT_EQ(partition(100, 1, synthetic(2)).weights(), (std::vector<std::size_t>{4, 4}));
-    EXPECT_EQ(partition(100, 1, synthetic(4)).weights(), (std::vector<std::size_t>{2, 2, 2, 2}));
-    EXPECT_EQ(partition(100, 1, synthetic(8)).weights(), std::vector<std::size_t>(8, 1));
-    EXPECT_EQ(partition(100, 1, asymmetric()).weights(), (std::vector<std::size_t>{3, 1}));
+    EXPECT_EQ(partition<char>(100, asymmetric()).weights(), (std::vector<std::size_t>{3, 1}));
 }
 
-TEST(partition, asymmetric_cores_split_three_to_one) {
+TEST(partition, asymmetric_cores_split_three_to_one_and_memory_only_nodes_get_nothing_by_default) {
     const auto& topo = asymmetric();
-    const std::size_t n = 400 * page; // 8-byte elements: 800 pages, 600 + 200
-    partition p(n, 8, topo, edge_alignment::page);
-    ASSERT_EQ(p.blocks().size(), 2u);
-    EXPECT_EQ(p.blocks()[0], (block{0, 0, 3 * n / 4}));
-    EXPECT_EQ(p.blocks()[1], (block{1, 3 * n / 4, n}));
-}
-
-TEST(partition, memory_only_node_gets_no_block_by_default) {
-    const auto& topo = asymmetric();
-    partition p(1000000, 8, topo);
-    EXPECT_FALSE(p.nodes().contains(2));
+    const std::size_t n = 400 * 4096; // 8-byte elements: 800 pages, 600 + 200
+    partition<double> p(n, topo.with_cpus(), {}, edge_alignment::page, topo);
+    EXPECT_EQ(p.block(0), (block{0, 0, 3 * n / 4}));
+    EXPECT_EQ(p.block(1), (block{1, 3 * n / 4, n}));
     EXPECT_TRUE(p.block_on(2).empty());
-    EXPECT_EQ(p.block_on(2).node, 2);
-    // named explicitly with default weights: it gets weight 0, an empty block
-    partition q(1000000, 8, topo.all(), {}, edge_alignment::page, topo);
+    partition<double> q(1000000, topo.all(), {}, edge_alignment::page, topo);
     EXPECT_EQ(q.weights(), (std::vector<std::size_t>{3, 1, 0}));
-    ASSERT_EQ(q.blocks().size(), 3u);
-    EXPECT_TRUE(q.blocks()[2].empty());
-    EXPECT_EQ(q.blocks()[2].node, 2);
-    expect_well_formed(q);
-    EXPECT_EQ(partition::core_weights(topo, topo.all()), (std::vector<std::size_t>{3, 1, 0}));
-    // but explicit weights may place blocks on it (allocators may target memory-only nodes)
-    partition r(1000, 8, node_set{1, 2}, {1, 1}, edge_alignment::page, topo);
-    EXPECT_FALSE(r.block_on(2).empty());
-    // and a partition over only memory-only nodes has no weight at all
-    EXPECT_THROW(partition(1000, 8, node_set{2}, {}, edge_alignment::page, topo), numaplace::invalid_placement);
+    EXPECT_TRUE(q.block(2).empty());
+    EXPECT_THROW(partition<double>(1000, node_set{2}, {}, edge_alignment::page, topo), numaplace::invalid_placement);
 }
 
-TEST(partition, system_topology_partition_uses_nodes_with_cpus) {
-    const auto& topo = topology::get();
-    partition p(12345678, sizeof(double));
-    EXPECT_EQ(p.nodes(), topo.with_cpus());
-    expect_well_formed(p);
-    for (const auto& b : p.blocks()) EXPECT_TRUE(topo.at(b.node).has_cpus());
-    // the default-topology constructor and the explicit one agree
-    EXPECT_EQ(p, partition(12345678, sizeof(double), topo));
-}
-
-TEST(partition, weights_three_to_one_within_one_alignment_unit) {
-    const auto& topo = synthetic(2);
-    for (std::size_t s : element_sizes)
-        for (std::size_t n : {std::size_t(1000), std::size_t(99991), std::size_t(10000000), std::size_t(1) << 40}) {
-            partition p(n, s, node_set{0, 1}, {3, 1}, edge_alignment::page, topo);
-            expect_well_formed(p);
-            const std::size_t step = page / std::gcd(s, page); // elements per alignment unit
-            const long double share = static_cast<long double>(n) * 3.0L / 4.0L;
-            const long double diff = static_cast<long double>(p.blocks()[0].size()) - share;
-            EXPECT_LE(diff < 0 ? -diff : diff, static_cast<long double>(step)) << "n " << n << " s " << s;
-            EXPECT_EQ(p.weights(), (std::vector<std::size_t>{3, 1}));
-        }
-    // exact when n is a multiple of 4 units
-    partition p(4 * 1024 * page, 1, node_set{0, 1}, {3, 1}, edge_alignment::page, topo);
-    EXPECT_EQ(p.blocks()[0].size(), 3 * 1024 * page);
-    EXPECT_EQ(p.blocks()[1].size(), 1024 * page);
-    // the weights are relative: {6,2} gives the same blocks
-    partition q(4 * 1024 * page, 1, node_set{0, 1}, {6, 2}, edge_alignment::page, topo);
-    EXPECT_EQ(p.blocks(), q.blocks());
-}
-
-TEST(partition, zero_weight_gives_an_empty_block) {
+TEST(partition, interned_layouts_equal_content_equal_handles) {
     const auto& topo = synthetic(4);
-    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(100000), std::size_t(10000000)}) {
-        partition p(n, 8, node_set{0, 1, 2, 3}, {1, 0, 2, 0}, edge_alignment::page, topo);
-        expect_well_formed(p);
-        EXPECT_TRUE(p.blocks()[1].empty());
-        EXPECT_TRUE(p.blocks()[3].empty());
-        EXPECT_TRUE(p.block_on(1).empty());
-        EXPECT_EQ(p.blocks()[0].size() + p.blocks()[2].size(), n);
-        // the empty blocks sit at the edges of their neighbours
-        EXPECT_EQ(p.blocks()[1].begin, p.blocks()[0].end);
-        EXPECT_EQ(p.blocks()[3].begin, n);
+    const std::size_t before = numaplace::detail::interned_count<numaplace::detail::partition_layout>();
+    partition<int> a(5000, topo), b(5000, topo), c(7000, topo);
+    EXPECT_EQ(a, b);
+    EXPECT_TRUE(a.untyped().same_layout(c.untyped()));
+    EXPECT_NE(a, c);
+    EXPECT_EQ(a.resized(7000), c);
+    // one layout for all of them (at most one new entry)
+    EXPECT_LE(numaplace::detail::interned_count<numaplace::detail::partition_layout>(), before + 1);
+    EXPECT_NE(partition<int>(5000, node_set{0, 1}, {1, 1}, edge_alignment::page, topo),
+              partition<int>(5000, node_set{0, 1}, {3, 1}, edge_alignment::page, topo));
+}
+
+TEST(partition, clipped_and_resized_the_capacity_idiom) {
+    const auto& topo = synthetic(4);
+    const partition<double> cap = partition<double>(1000, topo).resized(10000000);
+    const partition<double> run = cap.clipped(5000000);
+    EXPECT_EQ(run.size(), 5000000u);
+    for (std::size_t k = 0; k < 4; ++k) {
+        EXPECT_EQ(run.block(k).begin, std::min<std::size_t>(cap.block(k).begin, 5000000));
+        EXPECT_EQ(run.block(k).end, std::min<std::size_t>(cap.block(k).end, 5000000));
     }
-    partition first_empty(100000, 8, node_set{0, 1}, {0, 1}, edge_alignment::page, synthetic(2));
-    EXPECT_EQ(first_empty.blocks()[0], (block{0, 0, 0}));
-    EXPECT_EQ(first_empty.blocks()[1], (block{1, 0, 100000}));
-    EXPECT_EQ(first_empty.block_of(0).node, 1);
+    EXPECT_EQ(run.alignment(), cap.alignment());
+    EXPECT_EQ(cap.clipped(20000000), cap);
 }
 
-TEST(partition, subset_of_nodes_in_id_order) {
-    const auto& topo = synthetic(8);
-    partition p(1000000, 8, node_set{6, 1, 3}, {}, edge_alignment::page, topo);
-    ASSERT_EQ(p.blocks().size(), 3u);
-    EXPECT_EQ(p.blocks()[0].node, 1);
-    EXPECT_EQ(p.blocks()[1].node, 3);
-    EXPECT_EQ(p.blocks()[2].node, 6);
-    expect_well_formed(p);
-    EXPECT_TRUE(p.block_on(0).empty());
-    EXPECT_EQ(p.block_on(3), p.blocks()[1]);
-}
-
-TEST(partition, is_deterministic) {
-    for (const topology* topo : all_topologies())
-        for (std::size_t s : element_sizes)
-            for (std::size_t n : {std::size_t(0), std::size_t(77777), std::size_t(10000000)}) {
-                partition a(n, s, *topo), b(n, s, *topo);
-                EXPECT_EQ(a, b);
-                EXPECT_FALSE(a != b);
-                EXPECT_EQ(a.blocks(), b.blocks());
-                partition copy = a;
-                EXPECT_EQ(copy, a);
-                EXPECT_EQ(&copy.blocks(), &a.blocks()); // copies share their state
-            }
+TEST(partition, rejects_bad_arguments_saying_why) {
     const auto& topo = synthetic(2);
-    EXPECT_NE(partition(1000, 8, topo), partition(1001, 8, topo));
-    EXPECT_NE(partition(1000, 8, topo), partition(1000, 4, topo));
-    EXPECT_NE(partition(10000000, 8, node_set{0, 1}, {1, 1}, edge_alignment::page, topo),
-              partition(10000000, 8, node_set{0, 1}, {3, 1}, edge_alignment::page, topo));
-    EXPECT_NE(partition(10000000, 8, topo, edge_alignment::page), partition(10000000, 8, topo, edge_alignment::huge));
-    EXPECT_NE(partition(10000000, 8, node_set{0}, {}, edge_alignment::page, topo),
-              partition(10000000, 8, node_set{1}, {}, edge_alignment::page, topo));
-}
-
-TEST(partition, resized_recomputes_with_the_same_nodes_weights_and_policy) {
-    for (const topology* topo : all_topologies())
-        for (std::size_t s : {std::size_t(1), std::size_t(8), std::size_t(3000)})
-            for (edge_alignment a : {edge_alignment::automatic, edge_alignment::page, edge_alignment::huge}) {
-                partition p(1000, s, *topo, a);
-                for (std::size_t m : {std::size_t(0), std::size_t(1), std::size_t(1000), std::size_t(77777),
-                                      std::size_t(50000000)}) {
-                    partition r = p.resized(m);
-                    EXPECT_EQ(r.size(), m);
-                    EXPECT_EQ(r.element_size(), s);
-                    EXPECT_EQ(r.nodes(), p.nodes());
-                    EXPECT_EQ(r.weights(), p.weights());
-                    EXPECT_EQ(r, partition(m, s, *topo, a)) << "m " << m;
-                    expect_well_formed(r);
-                }
-                EXPECT_EQ(&p.resized(1000).blocks(), &p.blocks()); // same size: the same object
-                EXPECT_EQ(p.resized(5).resized(1000), p);
-            }
-    partition w(1000, 8, node_set{0, 1}, {3, 1}, edge_alignment::page, synthetic(2));
-    EXPECT_EQ(w.resized(4000000), partition(4000000, 8, node_set{0, 1}, {3, 1}, edge_alignment::page, synthetic(2)));
-}
-
-TEST(partition, clipped_keeps_edges_and_drops_the_tail) {
-    for (const topology* topo : all_topologies()) {
-        const std::size_t n = 10000000;
-        partition p(n, 8, *topo, edge_alignment::page);
-        for (std::size_t m : {std::size_t(0), std::size_t(1), std::size_t(4096), n / 2, n - 1, n, n + 5}) {
-            partition c = p.clipped(m);
-            const std::size_t expected_size = m < n ? m : n;
-            EXPECT_EQ(c.size(), expected_size);
-            ASSERT_EQ(c.blocks().size(), p.blocks().size());
-            for (std::size_t k = 0; k < p.blocks().size(); ++k) {
-                EXPECT_EQ(c.blocks()[k].node, p.blocks()[k].node);
-                EXPECT_EQ(c.blocks()[k].begin, std::min(p.blocks()[k].begin, expected_size));
-                EXPECT_EQ(c.blocks()[k].end, std::min(p.blocks()[k].end, expected_size));
-            }
-            EXPECT_EQ(c.blocks().front().begin, 0u);
-            EXPECT_EQ(c.blocks().back().end, expected_size);
-            EXPECT_EQ(c.alignment(), p.alignment());
-            for (std::size_t i : {std::size_t(0), expected_size / 3, expected_size - 1})
-                if (i < expected_size) EXPECT_EQ(c.block_of(i).node, p.block_of(i).node) << i;
+    auto message = [](auto&& f) {
+        try {
+            f();
+        } catch (const numaplace::invalid_placement& e) {
+            return std::string(e.what());
         }
-        EXPECT_EQ(&p.clipped(n).blocks(), &p.blocks());
-        // the capacity/size idiom: compute stays where the pages are
-        partition cap = partition(n, 8, *topo, edge_alignment::page).resized(2 * n);
-        partition run = cap.clipped(n + 12345);
-        for (std::size_t i : {std::size_t(0), n / 2, n, n + 12344})
-            EXPECT_EQ(run.block_of(i).node, cap.block_of(i).node) << i;
-    }
-}
-
-TEST(partition, block_of_every_boundary) {
-    for (const topology* topo : all_topologies())
-        for (std::size_t s : element_sizes)
-            for (std::size_t n : {std::size_t(1), std::size_t(4097), std::size_t(1000003), std::size_t(10000000)}) {
-                partition p(n, s, *topo, edge_alignment::page);
-                for (const auto& b : p.blocks()) {
-                    if (b.empty()) continue;
-                    EXPECT_EQ(p.block_of(b.begin), b);
-                    EXPECT_EQ(p.block_of(b.end - 1), b);
-                    EXPECT_EQ(p.block_of(b.begin + b.size() / 2), b);
-                    if (b.end < n) EXPECT_NE(p.block_of(b.end), b);
-                }
-            }
-    // with empty blocks at the same edge, block_of picks the non-empty block
-    partition z(100000, 8, node_set{0, 1, 2, 3, 4, 5, 6, 7}, {0, 1, 0, 0, 1, 0, 0, 0}, edge_alignment::page,
-                synthetic(8));
-    expect_well_formed(z);
-    for (std::size_t i : {std::size_t(0), std::size_t(1), z.block_on(1).end - 1, z.block_on(4).begin,
-                          z.block_on(4).begin + 1, std::size_t(99999)}) {
-        const block& b = z.block_of(i);
-        EXPECT_FALSE(b.empty()) << i;
-        EXPECT_TRUE(b.begin <= i && i < b.end) << i;
-    }
-    EXPECT_EQ(z.block_of(0).node, 1);
-    EXPECT_EQ(z.block_of(99999).node, 4);
-}
-
-TEST(partition, block_on_each_node) {
-    for (const topology* topo : all_topologies()) {
-        partition p(10000000, 8, *topo);
-        for (const auto& b : p.blocks()) EXPECT_EQ(p.block_on(b.node), b);
-        for (const auto& n : topo->nodes())
-            if (!p.nodes().contains(n.id)) EXPECT_TRUE(p.block_on(n.id).empty()) << n.id;
-        const int outside = static_cast<int>(topo->size()) + 3;
-        EXPECT_EQ(p.block_on(outside), (block{outside, 0, 0}));
-    }
+        return std::string("no throw");
+    };
+    EXPECT_NE(message([&] { partition<double>(10, node_set{}, {}, edge_alignment::page, topo); }).find("empty"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>(10, node_set{0, 1}, {1}, edge_alignment::page, topo); }).find("1 weights for 2 nodes"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>(10, node_set{0, 1}, {0, 0}, edge_alignment::page, topo); }).find("zero"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>(size_max / 4, topo); }).find("SIZE_MAX"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>::rows(10, 0, topo); }).find("row length 0"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>::rows(2, size_max / 4, topo); }).find("SIZE_MAX"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>(10, node_set{0}, {}, edge_alignment::page, topo, page_geometry{3000, 2 * mib, thp_mode::never}); }).find("geometry"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>(10, node_set{0}, {}, edge_alignment::page, topo, page_geometry{4096, 2048, thp_mode::never}); }).find("geometry"), std::string::npos);
+    EXPECT_NE(message([&] { partition<double>(10, topo).resized(size_max / 2); }).find("SIZE_MAX"), std::string::npos);
+    EXPECT_THROW(partition<double>(10, node_set{0, 2}, {}, edge_alignment::page, topo), numaplace::unknown_node);
+    // the largest legal range is fine
+    EXPECT_EQ(partition<double>(size_max / 8, topo).size(), size_max / 8);
 }
 
 TEST(partition, block_value_type) {
@@ -581,13 +550,4 @@ TEST(partition, block_value_type) {
     EXPECT_NE(b, (block{3, 10, 30}));
     EXPECT_NE(b, (block{2, 11, 30}));
     EXPECT_NE(b, (block{2, 10, 31}));
-}
-
-TEST(partition, rejects_bad_arguments) {
-    const auto& topo = synthetic(2);
-    EXPECT_THROW(partition(10, 8, node_set{}, {}, edge_alignment::page, topo), numaplace::invalid_placement);
-    EXPECT_THROW(partition(10, 8, node_set{0, 1}, {1}, edge_alignment::page, topo), numaplace::invalid_placement);
-    EXPECT_THROW(partition(10, 8, node_set{0, 1}, {0, 0}, edge_alignment::page, topo), numaplace::invalid_placement);
-    EXPECT_THROW(partition(10, 0, topo), numaplace::invalid_placement);
-    EXPECT_THROW(partition(10, 8, node_set{0, 2}, {}, edge_alignment::page, topo), numaplace::unknown_node);
 }

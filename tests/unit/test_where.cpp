@@ -78,7 +78,7 @@ TEST(where, batches_large_ranges) {
 TEST(where, locality_against_a_partition_is_exact_per_page) {
     const auto& topo = topology::get();
     const std::size_t n = (8u << 20) / sizeof(int);
-    partition part(n, sizeof(int), topo.all(), std::vector<std::size_t>(topo.size(), 1), edge_alignment::page);
+    partition<int> part(n, topo.all(), std::vector<std::size_t>(topo.size(), 1), edge_alignment::page);
     // everything on node 0: exactly block 0's pages are local
     std::vector<int, node_allocator<int>> v(n, 1, node_allocator<int>(0));
     auto loc = where(v.data(), part);
