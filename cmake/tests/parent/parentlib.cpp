@@ -3,7 +3,7 @@
 #include <numaplace/numaplace.hpp>
 
 std::size_t parent_fill_and_check(std::size_t n) {
-    numaplace::partition part(n, sizeof(double));
+    numaplace::partition<double> part(n);
     numaplace::partitioned_vector<double> v(n, numaplace::partitioned_allocator<double>(part));
     numaplace::parallel_for(v, [&](numaplace::subrange r) {
         for (std::size_t i = r.begin(); i < r.end(); ++i) v[i] = static_cast<double>(i);
