@@ -5,9 +5,13 @@
 // Names: BM_Dgemv_<read_limit|openblas|partitioned|serial_init|parallel_init|interleaved|node0>/threads:T
 // Counters: GBps, GFLOPs, fraction_of_limit (GB/s over the probe's at the same thread count, this run),
 // locality (pages on the node of the thread that computes them, from where()), speedup (over 1 thread,
-// same placement, this run). One matrix lives at a time (registration is grouped by placement).
+// same placement, this run); locality_before (before the timed iterations) and the kernel's NUMA balancing
+// counters over them (numa_pages_migrated, numa_hint_faults, numa_hint_faults_local from /proc/vmstat,
+// system-wide; 0 unless kernel.numa_balancing is on). One matrix lives at a time (registration is grouped by placement).
 // Plot: benchmarks/plot_dgemv.py results.json out.png
 #include "dgemv_placements.hpp"
+
+#include <numaplace/balancing.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -100,8 +104,15 @@ void run_placement(benchmark::State& state, placement_kind kind) {
         state.SkipWithError("wrong result");
         return;
     }
+    const double locality_before = m.locality();
+    const auto balancing_before = numaplace::balancing_counters::read();
     const double seconds = timed(state, [&] { m.multiply(); });
+    const auto bal = numaplace::balancing_counters::read().since(balancing_before);
     finish(state, numaplace::bench::name(kind), threads, seconds, m.bytes(), m.locality());
+    state.counters["locality_before"] = locality_before;
+    state.counters["numa_pages_migrated"] = static_cast<double>(bal.pages_migrated);
+    state.counters["numa_hint_faults"] = static_cast<double>(bal.hint_faults);
+    state.counters["numa_hint_faults_local"] = static_cast<double>(bal.hint_faults_local);
 }
 
 #ifdef NUMAPLACE_HAVE_OPENBLAS

@@ -10,6 +10,8 @@
 //   node0          node_allocator(0): everything bound to node 0
 //   partitioned    partitioned_allocator over partition<double>::rows(M, N) (blocks of whole rows),
 //                  filled and computed by numaplace::parallel_for on that same rows partition
+//   replaced       filled by one thread as serial_init, then numaplace::replace to the rows partition
+//                  (pages moved, contents kept), computed by numaplace::parallel_for on it
 #ifndef NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 #define NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 
@@ -28,7 +30,7 @@
 
 namespace numaplace::bench {
 
-enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned };
+enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced };
 
 inline const char* name(placement_kind p) noexcept {
     switch (p) {
@@ -37,6 +39,7 @@ inline const char* name(placement_kind p) noexcept {
     case placement_kind::interleaved: return "interleaved";
     case placement_kind::node0: return "node0";
     case placement_kind::partitioned: return "partitioned";
+    case placement_kind::replaced: return "replaced";
     }
     return "?";
 }
@@ -67,6 +70,10 @@ public:
         case placement_kind::interleaved: take_from(interleaved_allocator<double>(topology::get().all()), count); break;
         case placement_kind::node0: take_from(node_allocator<double>(0), count); break;
         case placement_kind::partitioned: take_from(partitioned_allocator<double>(rows_), count); break;
+        case placement_kind::replaced: // aligned as the partitioned allocation, so the same edges hold
+            a_ = static_cast<double*>(memory::map(bytes, rows_.alignment()));
+            release_ = [bytes](double* p) { memory::unmap(p, bytes); };
+            break;
         }
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
@@ -134,7 +141,8 @@ private:
     void for_rows(F&& f) const {
         auto rows = [&f](const tbb::blocked_range<std::size_t>& r) { f(r.begin(), r.end()); };
         const tbb::blocked_range<std::size_t> all(0, m_);
-        if (kind_ == placement_kind::partitioned) parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
+        if (kind_ == placement_kind::partitioned || kind_ == placement_kind::replaced)
+            parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
         else if (kind_ == placement_kind::parallel_init) tbb::parallel_for(all, rows, tbb::static_partitioner());
         else tbb::parallel_for(all, rows);
     }
@@ -148,8 +156,9 @@ private:
             for (std::size_t i = b; i < e; ++i)
                 for (std::size_t j = 0; j < n; ++j) a[i * n + j] = a_value(i, j);
         };
-        if (kind_ == placement_kind::serial_init) fill(0, m_);
+        if (kind_ == placement_kind::serial_init || kind_ == placement_kind::replaced) fill(0, m_);
         else for_rows(fill);
+        if (kind_ == placement_kind::replaced) replace(static_cast<const double*>(a_), rows_, fallback::degrade);
     }
 
     // Takes A from a numaplace allocator; the matrix gives it back with the same allocator.

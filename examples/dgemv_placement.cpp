@@ -1,14 +1,18 @@
 // The DGEMV placement demo: c = A*b for every placement of A at 1..all threads, in the seeds' table
 // form (threads, time, speedup) plus GB/s, the fraction of the read-bandwidth limit and the locality
 // where() measures against the threads that compute. Timings here, never inside a guest.
-//   dgemv_placement [--size N] [--threads T] [--reps R] [--expect-locality] [--help]
+//   dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality] [--help]
+// --replace adds the row "replaced": serial init, then numaplace::replace to the rows partition.
 // Exit status: 0 done (or NUMA placement refused by a sandbox, said in one line), 1 a wrong result or a
 // failed locality check or error, 2 bad arguments (one line on stderr).
 // --expect-locality (used by the multi-node guest tests, which never look at the times): exit 1 unless
 // the partitioned placement is 100 % local at every thread count and, where there are several nodes with
 // CPUs, the serially initialised matrix is not (the seeds' problem, shown by where()).
+// With --replace the replaced matrix must be 100 % local too.
 #include "dgemv_placements.hpp"
 #include "sandbox.hpp"
+
+#include <numaplace/balancing.hpp>
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
@@ -58,10 +62,11 @@ void progress(const char* format, Args... args) {
 }
 
 const char* const usage_text =
-    "usage: dgemv_placement [--size N] [--threads T] [--reps R] [--expect-locality] [--help]\n"
+    "usage: dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality] [--help]\n"
     "  --size N          A is N x N doubles (default: 20000, or less so that A fits a third of MemAvailable)\n"
     "  --threads T       measure 1..T threads (default and maximum: the cores this process may use)\n"
     "  --reps R          best of R repetitions (default 5)\n"
+    "  --replace         add the row \"replaced\": serial init, then numaplace::replace to the rows partition\n"
     "  --expect-locality exit 1 unless the partitioned placement is 100 % local (the guests' check)\n"
     "  --check-args      check the arguments and exit (0 if valid, 2 if not; scripts/demo uses it)\n";
 
@@ -83,7 +88,7 @@ bool parse_count(const char* text, unsigned long long max, unsigned long long& v
     return true;
 }
 
-int run(std::size_t n, int max_threads, int reps, bool expect_locality);
+int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool with_replace);
 } // namespace
 
 int main(int argc, char** argv) {
@@ -94,7 +99,7 @@ int main(int argc, char** argv) {
     const int cores = tbb::info::default_concurrency();
     int max_threads = cores;
     int reps = 5;
-    bool expect_locality = false;
+    bool expect_locality = false, with_replace = false;
     bool check_only = false;
     for (int i = 1; i < argc; ++i) {
         const std::string arg = argv[i];
@@ -102,8 +107,8 @@ int main(int argc, char** argv) {
             std::printf("%s", usage_text);
             return 0;
         }
-        if (arg == "--expect-locality" || arg == "--check-args") {
-            (arg == "--expect-locality" ? expect_locality : check_only) = true;
+        if (arg == "--expect-locality" || arg == "--replace" || arg == "--check-args") {
+            (arg == "--expect-locality" ? expect_locality : arg == "--replace" ? with_replace : check_only) = true;
             continue;
         }
         if (arg != "--size" && arg != "--threads" && arg != "--reps") return bad_argument("unknown option '" + arg + "'");
@@ -131,14 +136,14 @@ int main(int argc, char** argv) {
     }
     if (check_only) return 0;
     try {
-        return run(n, max_threads, reps, expect_locality);
+        return run(n, max_threads, reps, expect_locality, with_replace);
     } catch (const std::exception& e) {
         return numaplace_examples::report("dgemv_placement", e);
     }
 }
 
 namespace {
-int run(std::size_t n, int max_threads, int reps, bool expect_locality) {
+int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool with_replace) {
     const auto& topo = numaplace::topology::get();
     std::printf("machine: %zu NUMA node(s), %d threads; A = %zu x %zu doubles (%.2f GB), best of %d\n", topo.size(),
                 tbb::info::default_concurrency(), n, n, static_cast<double>(n * n * sizeof(double)) / 1e9, reps);
@@ -156,6 +161,8 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality) {
     // matrix at a time).
     std::vector<placement_kind> order{placement_kind::partitioned, placement_kind::serial_init,
                                       placement_kind::parallel_init, placement_kind::interleaved, placement_kind::node0};
+    if (with_replace) order.push_back(placement_kind::replaced);
+    double replaced_min = 1.0;
     for (placement_kind kind : order) {
         progress("[%s] allocating and initialising %.2f GB...\r", name(kind),
                      static_cast<double>(n * n * sizeof(double)) / 1e9);
@@ -174,6 +181,13 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality) {
                             "1.00", "");
             }
         }
+        if (kind == placement_kind::replaced) { // serial init, then replace(): pages by the rows partition
+            const double by_rows = numaplace::where(m.a(), m.row_partition()).fraction();
+            replaced_min = std::min(replaced_min, by_rows);
+            std::printf("%-14s %7s %10s %8s %8s %9s %9.2f\n", "A replaced", "", "", "", "", "", by_rows);
+        }
+        const double locality_before = m.locality();
+        const auto balancing_before = numaplace::balancing_counters::read();
         double one = 0;
         for (int t = 1; t <= max_threads; ++t) {
             progress("[%s] %d thread(s)...                              \r", name(kind), t);
@@ -186,11 +200,16 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality) {
             const double gbps = static_cast<double>(m.bytes()) / s / 1e9;
             const double local = m.locality();
             if (kind == placement_kind::partitioned) partitioned_min = std::min(partitioned_min, local);
+            if (kind == placement_kind::replaced) replaced_min = std::min(replaced_min, local);
             if (kind == placement_kind::serial_init && t == max_threads) serial_at_max = local;
             std::printf("%-14s %7d %10.1f %8.2f %8.2f %9.2f %9.2f%s\n", name(kind), t, s * 1e3, one / s, gbps,
                         gbps / limit[static_cast<std::size_t>(t)], local, correct ? "" : "  WRONG RESULT");
             std::fflush(stdout);
         }
+        const auto bal = numaplace::balancing_counters::read().since(balancing_before);
+        std::printf("%-14s locality %.2f -> %.2f over the runs; kernel: numa_pages_migrated +%llu, numa_hint_faults "
+                    "+%llu (+%llu local)\n", "", locality_before, m.locality(), (unsigned long long)bal.pages_migrated,
+                    (unsigned long long)bal.hint_faults, (unsigned long long)bal.hint_faults_local);
     }
     progress("%60s\r", "");
     std::printf("\nlocality = fraction of A's pages on the node of the thread that computes them.\n"
@@ -198,9 +217,10 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality) {
                 "11.2 with parallel init.\n");
     if (expect_locality) {
         const bool several = topo.with_cpus().size() > 1;
-        const bool ok = partitioned_min == 1.0 && (!several || serial_at_max < 0.9);
+        const bool ok = partitioned_min == 1.0 && replaced_min == 1.0 && (!several || serial_at_max < 0.9);
         std::printf("locality check: partitioned min %.3f (want 1), serial_init at %d threads %.3f (want < 0.9 "
                     "with several nodes): %s\n", partitioned_min, max_threads, serial_at_max, ok ? "ok" : "FAILED");
+        if (with_replace) std::printf("locality check: replaced min %.3f (want 1)\n", replaced_min);
         if (!ok) return 1;
     }
     return all_correct ? 0 : 1;

@@ -6,6 +6,7 @@
 /// Placements (placement.hpp) are built on these.
 
 #include "detail/linux.hpp"
+#include "detail/placed.hpp"
 #include "error.hpp"
 #include "topology.hpp"
 
@@ -53,7 +54,9 @@ inline void* map(std::size_t bytes, std::size_t alignment = detail::page_size())
 
 /// \effects unmaps what `map(bytes, ...)` returned.
 inline void unmap(void* p, std::size_t bytes) noexcept {
-    if (p) ::munmap(p, page_round(bytes));
+    if (!p) return;
+    numaplace::detail::placed_buffers::instance().released(p, page_round(bytes)); // before: the address may be reused
+    ::munmap(p, page_round(bytes));
 }
 
 /// \effects faults in every page of [p, p+bytes) from the calling thread (first touch) without changing

@@ -5,12 +5,16 @@
 /// Umbrella header: every public numaplace header.
 
 #include "allocator.hpp"
+#include "balancing.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "parallel_for.hpp"
 #include "partition.hpp"
 #include "placement.hpp"
 #include "pmr.hpp"
+#include "replace.hpp"
+#include "replicated.hpp"
+#include "shared_segment.hpp"
 #include "topology.hpp"
 #include "where.hpp"
 

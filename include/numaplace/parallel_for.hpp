@@ -431,7 +431,9 @@ template <class Container, class = detail::partitioned_container_t<Container>>
 partition<typename Container::value_type> partition_of(const Container& c) {
     using T = typename Container::value_type;
     const auto allocator = c.get_allocator(); // by value: placement() refers into it
-    return partition<T>::from_untyped(allocator.placement().partition_for(c.capacity() * sizeof(T)).elements().clipped(c.size()));
+    const std::size_t bytes = c.capacity() * sizeof(T); // the layout replace() gave the buffer, if any:
+    const basic_partition split = detail::placed_split(c.data(), bytes, allocator.placement().partition_for(bytes));
+    return partition<T>::from_untyped(split.elements().clipped(c.size()));
 }
 
 /// \effects `parallel_for(partition_of(c), body)`: visits the container's elements [0, c.size()) exactly

@@ -30,6 +30,7 @@
 ///   copyable type is the simple way to meet all of this.
 
 #include "detail/intern.hpp"
+#include "detail/placed.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "partition.hpp"
@@ -212,6 +213,7 @@ public:
     /// correctly), requested when edges are huge-page aligned and THP is `madvise`.
     bool apply(void* p, std::size_t bytes) const {
         const basic_partition part = partition_for(bytes);
+        detail::placed_buffers::instance().placed(p, memory::page_round(bytes), partition_); // replace.hpp reads it
         detail::advise_huge_pages(p, bytes, part.huge_pages());
         const std::size_t s = part.unit_bytes();
         const std::size_t count = part.block_count();

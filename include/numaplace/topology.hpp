@@ -77,6 +77,7 @@ struct capabilities {
     bool weighted_interleave = false; ///< MPOL_WEIGHTED_INTERLEAVE (Linux >= 6.9; weights are system-wide)
     std::string thp = "unknown";      ///< transparent huge pages: always, madvise, never
     int numa_balancing = -1;          ///< kernel.numa_balancing (0 off, 1 on, 2 tiering; -1 unknown)
+    bool numa_balancing_bind = false; ///< MPOL_BIND | MPOL_F_NUMA_BALANCING (Linux >= 5.12): bound pages may migrate
     bool distances_known = false;     ///< the firmware gave a distance matrix
 };
 
@@ -308,6 +309,7 @@ private:
             caps_.memory_binding = caps_.memory_binding_errno == 0;
             caps_.preferred_many = sys_mbind(p, page, mpol_preferred_many, mask, 0) == 0;
             caps_.weighted_interleave = sys_mbind(p, page, mpol_weighted_interleave, mask, 0) == 0;
+            caps_.numa_balancing_bind = sys_mbind(p, page, mpol_bind | mpol_f_numa_balancing, mask, 0) == 0;
             kernel_nodemask none;
             sys_mbind(p, page, mpol_default, none, 0);
             void* pages[1] = {p};
@@ -374,6 +376,9 @@ inline void print_report(std::ostream& os, const topology& topo = topology::get(
     if (!caps.preferred_many) os << " (preferred_many strict throws; degrading prefers the first node)";
     os << "\nMPOL_WEIGHTED_INTERLEAVE:    " << yes_no(caps.weighted_interleave)
        << " (numaplace weights interleave per page run itself; the kernel's weights are system-wide)";
+    os << "\nMPOL_F_NUMA_BALANCING:       " << yes_no(caps.numa_balancing_bind)
+       << (caps.numa_balancing_bind ? " (bind_with_balancing: bound pages may migrate among their nodes)"
+                                    : " (bind_with_balancing strict throws; degrading binds without it)");
     os << "\ntransparent huge pages:      " << caps.thp;
     os << "\nkernel.numa_balancing:       " << caps.numa_balancing
        << (caps.numa_balancing > 0 ? " (the kernel may migrate pages after placement)" : "");

@@ -29,6 +29,8 @@ enum : int {
     mpol_preferred_many = 5,     // Linux 5.15
     mpol_weighted_interleave = 6 // Linux 6.9
 };
+/// Mode flag: with MPOL_BIND, automatic NUMA balancing may migrate pages among the bound nodes (5.12).
+constexpr int mpol_f_numa_balancing = 1 << 13;
 constexpr unsigned mpol_mf_strict = 1u << 0;
 constexpr unsigned mpol_mf_move = 1u << 1;
 
@@ -57,6 +59,16 @@ inline int sys_mbind(void* addr, std::size_t len, int mode, const kernel_nodemas
 inline int sys_move_pages_query(unsigned long count, void** pages, int* status) noexcept {
     long r = ::syscall(SYS_move_pages, 0, count, pages, nullptr, status, 0);
     return r < 0 ? errno : 0;
+}
+
+/// Moves `count` pages of the calling process to the OS nodes `nodes[i]` (MPOL_MF_MOVE: pages mapped by
+/// this process only). `status[i]` becomes the page's OS node or a negative errno (-EBUSY, -EACCES,
+/// -ENOMEM, -ENOENT: not present, -EFAULT: not mapped or the zero page).
+/// \returns 0; a positive count of pages the kernel failed to migrate (their and later statuses are then
+/// not written); or -errno when the whole call was refused (EPERM under seccomp, ENODEV, E2BIG, ...).
+inline long sys_move_pages(unsigned long count, void** pages, const int* nodes, int* status) noexcept {
+    long r = ::syscall(SYS_move_pages, 0, count, pages, nodes, status, mpol_mf_move);
+    return r < 0 ? -static_cast<long>(errno) : r;
 }
 
 inline std::size_t page_size() noexcept {

@@ -1,0 +1,276 @@
+#ifndef NUMAPLACE_REPLICATED_HPP_INCLUDED
+#define NUMAPLACE_REPLICATED_HPP_INCLUDED
+
+/// \file
+/// `replicated<T>`: a read-mostly array with one copy per node of a node set (a lookup table, the x
+/// vector of SpMV, model weights), so that every node reads its local copy.
+///
+/// Placement. Each copy is its own mapping, bound to its node (MPOL_BIND) before it is written, so it
+/// lands on its node whoever writes it; it is then written from that node's arena (a memory-only node's
+/// copy from the nearest node with CPUs), all copies at once, each by its node's cores. Strict: a refused
+/// binding throws `placement_error` and releases everything. Degrading: the copy is left to first touch
+/// from its node's arena (so it still lands there when the arena is pinned) and `degradations()` says
+/// so; `where(node)` shows where it really is.
+///
+/// Reading. `copy_for(node)` is the copy on `node`, or for a node without one the nearest copy by
+/// distance (ties: the lower node id); `local()` is `copy_for` of the node the calling thread runs a
+/// `parallel_for` block of, or else of the node of the CPU it runs on (`topology::current_node()`). A
+/// loop body uses `copy_for(subrange.node())`.
+///
+/// Writing. Only through `assign` (new contents from a source) and `update` (edit one copy in place,
+/// then refresh the others from it): both refresh every copy before returning, in parallel, each copy
+/// from its own node. They must not run concurrently with readers (as any write to shared data).
+///
+/// Memory. size() × sizeof(T) rounded up to pages, once per copy: `bytes()`; `where()` gives each
+/// copy's page histogram; `report()` prints both.
+
+#include "detail/linux.hpp"
+#include "error.hpp"
+#include "memory.hpp"
+#include "parallel_for.hpp"
+#include "partition.hpp"
+#include "topology.hpp"
+#include "where.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <ostream>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+namespace numaplace {
+
+/// One copy per node of an array of trivially copyable `T`. Move-only; a moved-from or default
+/// constructed `replicated` is empty (size 0, no copy): `copy_for` and `local` return nullptr.
+template <class T>
+class replicated {
+    static_assert(std::is_trivially_copyable<T>::value, "replicated<T>: copies are made with memcpy");
+
+public:
+    /// One copy: its node, its data, whether binding it was refused (degrading).
+    struct copy {
+        int node = -1;
+        T* data = nullptr;
+        bool bound = false;
+    };
+
+    /// Empty: no copy.
+    replicated() noexcept = default;
+
+    /// \effects makes one copy of [source, source + n) on each node of `nodes` (default: the nodes with
+    /// CPUs; memory-only nodes may be listed), all filled at once, each from its node's arena.
+    /// \throws unknown_node for an id not in the topology; invalid_placement for an empty node set;
+    /// std::bad_array_new_length when n × sizeof(T) overflows; placement_error when a mapping fails, or a
+    /// binding is refused and `fb` is strict (nothing is kept).
+    replicated(const T* source, std::size_t n, const node_set& nodes = topology::get().with_cpus(),
+               fallback fb = fallback::strict)
+        : fallback_(fb) {
+        const topology& topo = topology::get();
+        topo.check(nodes);
+        if (nodes.empty()) detail::throw_invalid("replicated: empty node set");
+        if (n > std::numeric_limits<std::size_t>::max() / sizeof(T) ||
+            memory::page_round(n * sizeof(T)) < n * sizeof(T))
+            detail::throw_bad_length();
+        size_ = n;
+        nodes_ = nodes;
+        try {
+            for (int node : nodes) {
+                copy c;
+                c.node = node;
+                if (bytes_per_copy() != 0) {
+                    c.data = static_cast<T*>(memory::map(bytes_per_copy()));
+                    copies_.push_back(c); // owned from here on
+                    copies_.back().bound = bind(copies_.back(), topo);
+                } else {
+                    copies_.push_back(c);
+                }
+            }
+            index_nearest(topo);
+            fill_from(source);
+        } catch (...) {
+            release();
+            throw;
+        }
+    }
+    /// \effects `replicated(r.data(), r.size(), nodes, fb)` for a contiguous range of T.
+    template <class Range, class = std::enable_if_t<std::is_convertible<decltype(std::declval<const Range&>().data()), const T*>::value>,
+              class = decltype(std::declval<const Range&>().size())>
+    explicit replicated(const Range& r, const node_set& nodes = topology::get().with_cpus(), fallback fb = fallback::strict)
+        : replicated(r.data(), r.size(), nodes, fb) {}
+
+    replicated(const replicated&) = delete;
+    replicated& operator=(const replicated&) = delete;
+    replicated(replicated&& other) noexcept { steal(other); }
+    replicated& operator=(replicated&& other) noexcept {
+        if (this != &other) {
+            release();
+            steal(other);
+        }
+        return *this;
+    }
+    ~replicated() { release(); }
+
+    /// \returns the number of elements of each copy.
+    std::size_t size() const noexcept { return size_; }
+    bool empty() const noexcept { return size_ == 0; }
+    /// \returns the nodes that hold a copy (in order).
+    const node_set& nodes() const noexcept { return nodes_; }
+    /// \returns the copies, in node order.
+    const std::vector<copy>& copies() const noexcept { return copies_; }
+    /// \returns the bytes one copy takes (whole pages); `bytes()` is all copies together.
+    std::size_t bytes_per_copy() const noexcept { return memory::page_round(size_ * sizeof(T)); }
+    std::size_t bytes() const noexcept { return bytes_per_copy() * copies_.size(); }
+    /// \returns whether some copy's binding was refused (degrading: left to first touch).
+    bool degraded() const noexcept {
+        for (const auto& c : copies_)
+            if (c.data && !c.bound) return true;
+        return false;
+    }
+
+    /// \returns the copy on `node`, or the nearest copy to it (distance; ties: lower id); nullptr when
+    /// empty. \throws unknown_node for an id not in the topology.
+    const T* copy_for(int node) const {
+        if (copies_.empty()) return nullptr;
+        topology::get().check(node);
+        return copies_[nearest_[static_cast<std::size_t>(node)]].data;
+    }
+    /// \returns the node whose copy `copy_for(node)` returns (-1 when empty). \throws unknown_node.
+    int copy_node_for(int node) const {
+        if (copies_.empty()) return -1;
+        topology::get().check(node);
+        return copies_[nearest_[static_cast<std::size_t>(node)]].node;
+    }
+    /// \returns the copy for the calling thread: of the node whose `parallel_for` block it runs, or else
+    /// of the node of its CPU (the first copy when that is unknown); nullptr when empty.
+    const T* local() const noexcept {
+        if (copies_.empty()) return nullptr;
+        int node = detail::current_block_node();
+        if (node < 0) node = topology::get().current_node();
+        if (node < 0 || static_cast<std::size_t>(node) >= nearest_.size()) return copies_.front().data;
+        return copies_[nearest_[static_cast<std::size_t>(node)]].data;
+    }
+
+    /// \effects refreshes every copy from [source, source + size()). \requires no concurrent reader.
+    void assign(const T* source) { fill_from(source); }
+    /// \effects calls `edit(T* data, std::size_t size)` on the first copy from the calling thread, then
+    /// refreshes every other copy from it. \requires no concurrent reader. \throws what `edit` throws (the
+    /// other copies are then left as they were: refresh them with `assign`).
+    template <class Edit>
+    void update(Edit&& edit) {
+        if (copies_.empty()) return;
+        edit(copies_.front().data, size_);
+        fill_from(copies_.front().data, 1);
+    }
+
+    /// \returns the page histogram of the copy on `nodes()[k]`.
+    page_histogram where(std::size_t k) const {
+        return numaplace::where(copies_.at(k).data, size_ * sizeof(T));
+    }
+    /// \returns the page histogram of every copy, in node order.
+    std::vector<page_histogram> where() const {
+        std::vector<page_histogram> v;
+        for (std::size_t k = 0; k < copies_.size(); ++k) v.push_back(where(k));
+        return v;
+    }
+    /// \effects prints the memory cost and where each copy is.
+    void report(std::ostream& os) const {
+        os << "replicated: " << size_ << " elements of " << sizeof(T) << " bytes, " << copies_.size() << " copies x "
+           << bytes_per_copy() << " bytes = " << bytes() << " bytes\n";
+        for (std::size_t k = 0; k < copies_.size(); ++k) {
+            const page_histogram h = where(k);
+            os << "  copy on node " << copies_[k].node << (copies_[k].bound ? "" : " (NOT bound: binding refused)") << ": "
+               << h.on(copies_[k].node) << " of " << h.pages << " pages there";
+            if (h.untouched) os << ", " << h.untouched << " untouched";
+            os << '\n';
+        }
+    }
+
+private:
+    bool bind(const copy& c, const topology& topo) {
+        detail::kernel_nodemask mask;
+        mask.set(topo.at(c.node).os_index);
+        const int err = detail::sys_mbind(c.data, bytes_per_copy(), detail::mpol_bind, mask, 0);
+        if (err == 0) return true;
+        if (fallback_ == fallback::strict)
+            detail::throw_placement(c.node, bytes_per_copy(), err,
+                                    std::string("replicated: mbind of a copy refused: ") + std::strerror(err));
+        detail::degradation_log::instance().record("replicated: mbind of the copy on node " + std::to_string(c.node) +
+                                                   " refused (" + std::strerror(err) +
+                                                   "): written from its node's arena (first touch)");
+        return false;
+    }
+    void index_nearest(const topology& topo) {
+        nearest_.assign(topo.size(), 0);
+        for (std::size_t n = 0; n < topo.size(); ++n) {
+            std::size_t best = 0;
+            for (std::size_t k = 1; k < copies_.size(); ++k) {
+                const int a = copies_[k].node, b = copies_[best].node;
+                const unsigned da = topo.distance(static_cast<int>(n), a), db = topo.distance(static_cast<int>(n), b);
+                if (da < db || (da == db && a < b)) best = k;
+            }
+            nearest_[n] = best;
+        }
+    }
+    // Writes every copy from `first` on (skipping the source itself), each from its node's arena.
+    void fill_from(const T* source, std::size_t first = 0) {
+        const std::size_t bytes = size_ * sizeof(T);
+        if (bytes == 0 || copies_.size() <= first) return;
+        // One unit (a page) per copy written: block j of this partition is unit j, copy first + j, and
+        // runs in the arena of that copy's node (nodes_ is sorted, so is the subset).
+        std::vector<int> ids;
+        for (std::size_t k = first; k < copies_.size(); ++k) ids.push_back(copies_[k].node);
+        const node_set nodes(ids);
+        const page_geometry g;
+        const basic_partition part(nodes.size(), g.page, 1, nodes, std::vector<std::size_t>(nodes.size(), 1),
+                                   edge_alignment::page, topology::get(), g);
+        const std::size_t chunk = std::size_t(1) << 20;
+        const auto* src = reinterpret_cast<const char*>(source);
+        detail::run_blocks(part, [&](const block& b) {
+            char* dst = reinterpret_cast<char*>(copies_[first + b.begin].data);
+            if (reinterpret_cast<const char*>(dst) == src) return;
+            NUMAPLACE_HANDOVER_RELEASE();
+            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (bytes + chunk - 1) / chunk),
+                              [&](const tbb::blocked_range<std::size_t>& r) {
+                                  NUMAPLACE_HANDOVER_ACQUIRE();
+                                  const std::size_t lo = r.begin() * chunk, hi = std::min(bytes, r.end() * chunk);
+                                  std::memcpy(dst + lo, src + lo, hi - lo);
+                                  NUMAPLACE_HANDOVER_RELEASE();
+                              });
+            NUMAPLACE_HANDOVER_ACQUIRE();
+        });
+    }
+    void release() noexcept {
+        for (auto& c : copies_)
+            if (c.data) memory::unmap(c.data, bytes_per_copy());
+        copies_.clear();
+        nearest_.clear();
+        nodes_ = node_set();
+        size_ = 0;
+    }
+    void steal(replicated& other) noexcept {
+        size_ = std::exchange(other.size_, 0);
+        fallback_ = other.fallback_;
+        nodes_ = std::move(other.nodes_);
+        copies_ = std::move(other.copies_);
+        nearest_ = std::move(other.nearest_);
+        other.nodes_ = node_set();
+        other.copies_.clear();
+        other.nearest_.clear();
+    }
+
+    std::size_t size_ = 0;
+    fallback fallback_ = fallback::strict;
+    node_set nodes_;
+    std::vector<copy> copies_;
+    std::vector<std::size_t> nearest_; // node id -> index of its copy
+};
+
+} // namespace numaplace
+
+#endif

@@ -1,0 +1,287 @@
+// Guest-only: several processes pinned to different nodes share one MAP_SHARED region, each owning the
+// notes' 4, 3 and 3 pages. Reproduces the notes' pitfall (a first toucher faults in its neighbours'
+// pages on its own node) where the 6.1 kernel shows it, and shows what fixes it. Skips on one node.
+// What was observed, and why, is written up in tests/guests/README.md ("Shared segments").
+#include <numaplace/shared_segment.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace numaplace;
+
+namespace {
+const std::size_t page = detail::page_size();
+constexpr std::size_t first[3] = {0, 4, 7};
+constexpr std::size_t count[3] = {4, 3, 3};
+
+#define REQUIRE_TWO_CPU_NODES()                                                                          \
+    do {                                                                                                 \
+        if (topology::get().with_cpus().size() < 2) GTEST_SKIP() << "needs two nodes with CPUs (guests)"; \
+    } while (0)
+
+// Process k's node: the nodes with CPUs in turn (2node: 0 1 0, 4node: 0 1 2, memonly: 0 1 0).
+int node_of(std::size_t k) {
+    node_set nodes = topology::get().with_cpus();
+    return nodes[k % nodes.size()];
+}
+
+// Runs process k pinned to a CPU of node_of(k): it reads or writes one byte of each of its pages.
+void run_processes(char* p, bool write, const std::vector<std::size_t>& order = {0, 1, 2}) {
+    for (std::size_t k : order) {
+        pid_t pid = ::fork();
+        if (pid == 0) {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(topology::get().at(node_of(k)).cpus.front(), &set);
+            if (::sched_setaffinity(0, sizeof set, &set) != 0) ::_exit(2);
+            volatile char sink = 0;
+            for (std::size_t i = 0; i < count[k]; ++i) {
+                char* q = p + (first[k] + i) * page;
+                if (write) *q = static_cast<char>(k + 1);
+                else sink = sink + *q;
+            }
+            ::_exit(0);
+        }
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "process " << k;
+    }
+}
+
+// The node of each of the 10 pages as this process's page query sees them (-1: no page), after
+// mapping here every page the region already holds (mincore), so nothing is allocated by asking.
+std::vector<int> nodes_of_pages(char* p) {
+    unsigned char resident[10] = {};
+    EXPECT_EQ(::mincore(p, 10 * page, resident), 0);
+    std::vector<int> nodes;
+    for (std::size_t i = 0; i < 10; ++i) {
+        if (resident[i] & 1) (void)*static_cast<volatile char*>(p + i * page);
+        page_histogram h = where(p + i * page, page);
+        int n = -1;
+        for (std::size_t id = 0; id < h.per_node.size(); ++id)
+            if (h.per_node[id]) n = static_cast<int>(id);
+        nodes.push_back(n);
+    }
+    return nodes;
+}
+
+// Every page on its owner's node.
+std::vector<int> owners() {
+    std::vector<int> v;
+    for (std::size_t k = 0; k < 3; ++k) v.insert(v.end(), count[k], node_of(k));
+    return v;
+}
+
+std::string read_first_line(const char* path) { return detail::read_line(path, "?"); }
+
+bool write_file(const char* path, const char* value) {
+    std::ofstream out(path);
+    return static_cast<bool>(out << value << std::flush);
+}
+
+// Sets shmem_enabled for the lifetime of the object (the guests run as root).
+class shmem_thp {
+public:
+    explicit shmem_thp(const char* mode) : old_(detail::bracketed(read_first_line(path))) {
+        ok_ = write_file(path, mode) && detail::bracketed(read_first_line(path)) == mode;
+    }
+    ~shmem_thp() { write_file(path, old_.c_str()); }
+    bool ok() const { return ok_; }
+
+private:
+    static constexpr const char* path = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+    std::string old_;
+    bool ok_ = false;
+};
+
+char* map_memfd(int& fd) {
+    fd = static_cast<int>(::syscall(SYS_memfd_create, "pitfall", MFD_CLOEXEC));
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(10 * page)), 0);
+    void* p = ::mmap(nullptr, 10 * page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    EXPECT_NE(p, MAP_FAILED);
+    return static_cast<char*>(p);
+}
+} // namespace
+
+// shmem_enabled=never (the Debian default) and fault-around on: plain first touch is exact. Fault-around
+// (do_fault_around -> filemap_map_pages) only maps pages the file already holds, it allocates none, and
+// shmem has no read-ahead; each shmem page is allocated by the process that faults it, on its node.
+TEST(shared_segment_processes, small_shmem_pages_follow_their_first_toucher) {
+    REQUIRE_TWO_CPU_NODES();
+    EXPECT_EQ(detail::bracketed(read_first_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled")), "never");
+    ::mount("debugfs", "/sys/kernel/debug", "debugfs", 0, nullptr); // may be mounted already
+    const std::string around = read_first_line("/sys/kernel/debug/fault_around_bytes");
+    EXPECT_EQ(around, "65536") << "fault-around is on (16 pages) in the 6.1 guest kernel";
+    for (bool write : {true, false})
+        for (const auto& order : {std::vector<std::size_t>{0, 1, 2}, std::vector<std::size_t>{2, 1, 0}}) {
+            int fd = -1;
+            char* p = map_memfd(fd);
+            run_processes(p, write, order);
+            EXPECT_EQ(nodes_of_pages(p), owners()) << (write ? "write" : "read") << " order " << order[0];
+            ::munmap(p, 10 * page);
+            ::close(fd);
+        }
+}
+
+// The pitfall on shmem: with shmem huge pages (shmem_enabled=advise + MADV_HUGEPAGE, or always), the
+// first toucher's fault allocates one 2 MiB folio that holds all 10 pages, on its node; MADV_RANDOM
+// changes nothing (it only turns off file read-ahead). The numaplace segment keeps huge pages off its
+// mappings (MADV_NOHUGEPAGE, unless every part edge is huge-page aligned) and binds each part: exact.
+TEST(shared_segment_processes, shmem_huge_page_puts_every_part_on_the_first_touchers_node) {
+    REQUIRE_TWO_CPU_NODES();
+    for (const char* mode : {"advise", "always", "force"}) {
+        shmem_thp thp(mode);
+        ASSERT_TRUE(thp.ok()) << "cannot set shmem_enabled=" << mode << " (not root?)";
+        for (int advice : {0, MADV_RANDOM}) {
+            int fd = -1;
+            char* p = map_memfd(fd);
+            ASSERT_EQ(::madvise(p, 10 * page, MADV_HUGEPAGE), 0);
+            if (advice) ASSERT_EQ(::madvise(p, 10 * page, advice), 0);
+            run_processes(p, true);
+            EXPECT_EQ(nodes_of_pages(p), std::vector<int>(10, node_of(0))) << mode << " advice " << advice;
+            ::munmap(p, 10 * page);
+            ::close(fd);
+        }
+        for (const auto& order : {std::vector<std::size_t>{0, 1, 2}, std::vector<std::size_t>{2, 1, 0}}) {
+            shared_segment s = shared_segment::create(
+                segment_layout({{node_of(0), 4}, {node_of(1), 3}, {node_of(2), 3}}));
+            ASSERT_TRUE(s.bound());
+            run_processes(s.data(), true, order);
+            EXPECT_EQ(nodes_of_pages(s.data()), owners()) << mode << " order " << order[0];
+            for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(s.where(k).on(node_of(k)), count[k]);
+        }
+    }
+}
+
+// The notes' read-ahead pitfall, on a file-backed MAP_SHARED mapping (here a 9p file of the host: the
+// test binary's own last pages, which nothing has read in this guest): the first reader's fault reads
+// ahead a window of pages into the page cache on its node, the other processes then find theirs there.
+// MADV_RANDOM turns read-ahead off: each fault reads its own page, on its reader's node.
+TEST(shared_segment_processes, file_read_ahead_and_madv_random) {
+    REQUIRE_TWO_CPU_NODES();
+    int fd = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    struct stat st {};
+    ASSERT_EQ(::fstat(fd, &st), 0);
+    const std::size_t file_pages = static_cast<std::size_t>(st.st_size) / page;
+    ASSERT_GE(file_pages, 100u);
+    // two disjoint 10-page windows near the end of the file, far from anything the loader maps
+    for (int advice : {0, MADV_RANDOM}) {
+        const off_t offset = static_cast<off_t>((file_pages - (advice ? 30 : 60)) * page);
+        ASSERT_EQ(::posix_fadvise(fd, offset, static_cast<off_t>(30 * page), POSIX_FADV_DONTNEED), 0);
+        void* m = ::mmap(nullptr, 10 * page, PROT_READ, MAP_SHARED, fd, offset);
+        ASSERT_NE(m, MAP_FAILED);
+        char* p = static_cast<char*>(m);
+        if (advice) ASSERT_EQ(::madvise(p, 10 * page, advice), 0);
+        unsigned char resident[10] = {};
+        ASSERT_EQ(::mincore(p, 10 * page, resident), 0);
+        for (unsigned char r : resident) ASSERT_EQ(r & 1, 0) << "the window was read before the test";
+        run_processes(p, false);
+        EXPECT_EQ(nodes_of_pages(p), advice ? owners() : std::vector<int>(10, node_of(0)))
+            << (advice ? "MADV_RANDOM" : "default read-ahead");
+        ::munmap(p, 10 * page);
+    }
+    ::close(fd);
+}
+
+// The adversary: every part is first touched by a process pinned to another node (part k by the
+// process of part k+1), by reads (shmem allocates on a read fault too) or writes. The segment's policy
+// wins over first touch in every case; plain first touch puts every part on its toucher's node.
+TEST(shared_segment_processes, parts_touched_from_the_wrong_node) {
+    REQUIRE_TWO_CPU_NODES();
+    for (bool bound : {true, false})
+        for (bool write : {true, false}) {
+            std::vector<segment_part> parts{{node_of(0), 4}, {node_of(1), 3}, {node_of(2), 3}};
+            shared_segment s = bound ? shared_segment::create(segment_layout(parts))
+                                     : shared_segment::create(segment_layout(parts), fallback::degrade);
+            if (!bound) { // the same segment without its policy: plain first touch
+                detail::kernel_nodemask none;
+                ASSERT_EQ(detail::sys_mbind(s.data(), s.bytes(), detail::mpol_default, none, 0), 0);
+            }
+            std::vector<int> toucher_nodes;
+            for (std::size_t k = 0; k < 3; ++k) {
+                const int toucher = node_of(k + 1) != node_of(k) ? node_of(k + 1) : node_of(k + 2);
+                ASSERT_NE(toucher, node_of(k));
+                toucher_nodes.insert(toucher_nodes.end(), count[k], toucher);
+                pid_t pid = ::fork();
+                if (pid == 0) {
+                    cpu_set_t set;
+                    CPU_ZERO(&set);
+                    CPU_SET(topology::get().at(toucher).cpus.front(), &set);
+                    if (::sched_setaffinity(0, sizeof set, &set) != 0) ::_exit(2);
+                    shared_segment mine = shared_segment::open_fd(s.fd(), s.layout());
+                    segment_block b = mine.block(k);
+                    volatile char sink = 0;
+                    for (std::size_t i = 0; i < b.bytes; i += page) {
+                        if (write) b.data[i] = 1;
+                        else sink = sink + b.data[i];
+                    }
+                    ::_exit(0);
+                }
+                int status = 0;
+                ::waitpid(pid, &status, 0);
+                ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            }
+            EXPECT_EQ(nodes_of_pages(s.data()), bound ? owners() : toucher_nodes)
+                << (bound ? "segment" : "first touch") << (write ? " writes" : " reads");
+        }
+}
+
+namespace {
+std::size_t shmem_huge_kb() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    std::size_t value = 0;
+    while (in >> key >> value) {
+        if (key == "ShmemHugePages:") return value;
+        in.ignore(64, '\n');
+    }
+    return 0;
+}
+} // namespace
+
+// Huge-page aligned parts keep shmem huge pages (no MADV_NOHUGEPAGE): with shmem_enabled=always each
+// part of 2 MiB is one huge page, allocated under its own part's policy, so it is on its node even when
+// another node's process touches it first.
+TEST(shared_segment_processes, huge_page_aligned_parts_keep_huge_pages_on_their_nodes) {
+    REQUIRE_TWO_CPU_NODES();
+    shmem_thp thp("always");
+    ASSERT_TRUE(thp.ok());
+    const std::size_t per_huge = detail::huge_page_size() / page;
+    const std::size_t huge_before = shmem_huge_kb();
+    {
+        shared_segment s = shared_segment::create(segment_layout({{node_of(0), per_huge}, {node_of(1), per_huge}}));
+        for (std::size_t k = 0; k < 2; ++k) {
+            pid_t pid = ::fork();
+            if (pid == 0) {
+                cpu_set_t set;
+                CPU_ZERO(&set);
+                CPU_SET(topology::get().at(node_of(1 - k)).cpus.front(), &set); // the other part's node
+                if (::sched_setaffinity(0, sizeof set, &set) != 0) ::_exit(2);
+                segment_block b = s.block(k);
+                std::memset(b.data, 1, b.bytes);
+                ::_exit(0);
+            }
+            int status = 0;
+            ::waitpid(pid, &status, 0);
+            ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        }
+        EXPECT_EQ(shmem_huge_kb() - huge_before, 2 * detail::huge_page_size() / 1024) << "two shmem huge pages";
+        for (std::size_t k = 0; k < 2; ++k) EXPECT_EQ(s.where(k).on(node_of(k)), per_huge) << "part " << k;
+    }
+    EXPECT_EQ(shmem_huge_kb(), huge_before);
+}

@@ -1,0 +1,128 @@
+// balancing.hpp: /proc/vmstat counters of NUMA balancing, bind_with_balancing, and the
+// MPOL_F_NUMA_BALANCING capability. Where balancing actually migrates pages: tests/guests/balancing/.
+#include <numaplace/balancing.hpp>
+
+#include "seccomp.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
+
+#include <sys/mman.h>
+#include <sys/utsname.h>
+
+using namespace numaplace;
+
+namespace {
+bool kernel_at_least(int major, int minor) {
+    utsname u{};
+    if (::uname(&u) != 0) return false;
+    int a = 0, b = 0;
+    if (std::sscanf(u.release, "%d.%d", &a, &b) != 2) return false;
+    return a > major || (a == major && b >= minor);
+}
+struct mapping {
+    explicit mapping(std::size_t bytes) : bytes(bytes) {
+        p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    }
+    ~mapping() { ::munmap(p, bytes); }
+    std::size_t bytes;
+    void* p;
+};
+} // namespace
+
+TEST(balancing, counters_read_proc_vmstat) {
+    balancing_counters a = balancing_counters::read();
+    ASSERT_TRUE(a.available) << "this kernel has CONFIG_NUMA_BALANCING (Debian's has)";
+    EXPECT_GE(a.hint_faults, a.hint_faults_local);
+    balancing_counters b = balancing_counters::read();
+    balancing_counters d = b.since(a);
+    EXPECT_TRUE(d.available);
+    EXPECT_EQ(d.pages_migrated, b.pages_migrated - a.pages_migrated);
+    // a counter that went down (not possible in the kernel) gives 0, not a wrapped value
+    balancing_counters big = a;
+    big.pages_migrated += 5;
+    EXPECT_EQ(a.since(big).pages_migrated, 0u);
+    EXPECT_EQ(big.since(a).pages_migrated, 5u);
+    EXPECT_FALSE(a.since(balancing_counters()).available);
+}
+
+TEST(balancing, capability_matches_the_kernel) {
+    const auto& caps = topology::get().capabilities();
+    // the flag exists since 5.12; where mbind works at all it must work with the flag
+    if (kernel_at_least(5, 12)) EXPECT_EQ(caps.numa_balancing_bind, caps.memory_binding);
+    else EXPECT_FALSE(caps.numa_balancing_bind);
+    std::ostringstream report;
+    print_report(report);
+    EXPECT_NE(report.str().find(std::string("MPOL_F_NUMA_BALANCING:       ") +
+                                (caps.numa_balancing_bind ? "yes" : "NO")),
+              std::string::npos);
+}
+
+TEST(balancing, bind_with_balancing_sets_the_flag) {
+    if (!topology::get().capabilities().numa_balancing_bind) GTEST_SKIP() << "no MPOL_F_NUMA_BALANCING here";
+    const std::size_t page = detail::page_size();
+    mapping m(4 * page);
+    const auto all = topology::get().all();
+    EXPECT_TRUE(bind_with_balancing(m.p, m.bytes, all));
+    int mode = -1;
+    unsigned long mask[16] = {};
+    ASSERT_EQ(::syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, m.p, 2 /*MPOL_F_ADDR*/), 0);
+    EXPECT_EQ(mode, detail::mpol_bind | detail::mpol_f_numa_balancing);
+    for (int id : all) {
+        const unsigned os = topology::get().at(id).os_index;
+        EXPECT_TRUE((mask[os / 64] >> (os % 64)) & 1ul) << "node " << id;
+    }
+    // pages come from the bound nodes
+    static_cast<char*>(m.p)[0] = 1;
+    // bad input
+    EXPECT_THROW(bind_with_balancing(m.p, m.bytes, node_set{}), invalid_placement);
+    EXPECT_THROW(bind_with_balancing(m.p, m.bytes, node_set{static_cast<int>(topology::get().size())}), unknown_node);
+    EXPECT_THROW(bind_with_balancing(static_cast<char*>(m.p) + 1, page, all), invalid_placement);
+    EXPECT_TRUE(bind_with_balancing(m.p, 0, all));
+}
+
+TEST(balancing, strict_throws_and_degrading_records_under_seccomp) {
+    const std::size_t page = detail::page_size();
+    int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [&] {
+        mapping m(page);
+        try {
+            bind_with_balancing(m.p, m.bytes, node_set{0});
+            return 10;
+        } catch (const placement_error& e) {
+            if (e.error_number() != EPERM || e.node() != 0 || e.bytes() != page) return 11;
+        }
+        const std::size_t before = degradation_count();
+        if (bind_with_balancing(m.p, m.bytes, node_set{0}, fallback::degrade)) return 12;
+        if (degradation_count() != before + 1) return 13;
+        bool found = false;
+        for (const auto& msg : degradations())
+            found |= msg == "bind_with_balancing: MPOL_F_NUMA_BALANCING refused (errno 1), left to first touch (errno 1)";
+        return found ? 0 : 14;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(balancing, capability_is_false_when_started_under_seccomp) {
+    // Re-runs this test in a child started (exec) under the filter, so the probe itself runs under it.
+    if (std::getenv("NUMAPLACE_TEST_UNDER_SECCOMP") == nullptr) {
+        int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+            setenv("NUMAPLACE_TEST_UNDER_SECCOMP", "1", 1);
+            char self[] = "/proc/self/exe";
+            char filter[] = "--gtest_filter=balancing.capability_is_false_when_started_under_seccomp";
+            char* argv[] = {self, filter, nullptr};
+            execv(self, argv);
+            return 93;
+        });
+        EXPECT_EQ(code, 0) << "the test failed in the sandboxed child (see its output above)";
+        return;
+    }
+    const auto& caps = topology::get().capabilities();
+    EXPECT_FALSE(caps.memory_binding);
+    EXPECT_FALSE(caps.numa_balancing_bind);
+    std::ostringstream report;
+    print_report(report);
+    EXPECT_NE(report.str().find("MPOL_F_NUMA_BALANCING:       NO"), std::string::npos);
+}

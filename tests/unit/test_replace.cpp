@@ -1,0 +1,517 @@
+#include <numaplace/allocator.hpp>
+#include <numaplace/parallel_for.hpp>
+#include <numaplace/replace.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <seccomp.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <cstdio>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace numaplace;
+
+namespace {
+
+const std::size_t page = detail::page_size();
+
+// The node id of the page holding `addr`, asked of the kernel directly (not through where()); -1 if not present.
+int page_node(const void* addr) {
+    void* pages[1] = {const_cast<void*>(addr)};
+    int status[1] = {-1};
+    if (::syscall(SYS_move_pages, 0, 1ul, pages, nullptr, status, 0) != 0) return -2;
+    return status[0] < 0 ? -1 : topology::get().from_os_index(static_cast<unsigned>(status[0]));
+}
+
+// Oracle: the node the page starting at `a` belongs to, for `count` elements at `base` split by `blocks`:
+// the block of the element at the page's start (element 0 for a page starting before base).
+template <class T>
+int expected_node(std::uintptr_t a, const T* base, std::size_t count, const std::vector<block>& blocks) {
+    const auto b = reinterpret_cast<std::uintptr_t>(base);
+    std::size_t i = a <= b ? 0 : (a - b) / sizeof(T);
+    if (i >= count) i = count - 1;
+    for (const auto& bl : blocks)
+        if (bl.begin <= i && i < bl.end) return bl.node;
+    return -3;
+}
+
+// Checks every page of the elements against the oracle; \returns pages per node.
+template <class T>
+std::vector<std::size_t> check_pages(const T* data, std::size_t count, const std::vector<block>& blocks) {
+    std::vector<std::size_t> per_node(topology::get().size(), 0);
+    const auto first = reinterpret_cast<std::uintptr_t>(data) / page * page;
+    const auto end = reinterpret_cast<std::uintptr_t>(data + count);
+    std::size_t wrong = 0;
+    for (std::uintptr_t a = first; a < end; a += page) {
+        const int n = page_node(reinterpret_cast<const void*>(a));
+        EXPECT_GE(n, 0) << "page at " << a << " not present";
+        if (n < 0) continue;
+        ++per_node[static_cast<std::size_t>(n)];
+        if (n != expected_node(a, data, count, blocks)) ++wrong;
+    }
+    EXPECT_EQ(wrong, 0u) << "pages not on their block's node";
+    return per_node;
+}
+
+std::uint64_t checksum(const double* d, std::size_t n) {
+    std::uint64_t h = 1469598103934665603ull;
+    for (std::size_t i = 0; i < n; ++i) {
+        std::uint64_t x;
+        std::memcpy(&x, d + i, sizeof x);
+        h = (h ^ x) * 1099511628211ull;
+    }
+    return h;
+}
+
+bool multi_node() { return topology::get().size() > 1; }
+
+void* map_aligned(std::size_t bytes, std::size_t align) {
+    void* p = memory::map(bytes, align);
+    return p;
+}
+
+} // namespace
+
+TEST(replace, serially_initialised_vector_to_partition_every_page_on_its_block_node) {
+    const topology& topo = topology::get();
+    const std::size_t n = (24u << 20) / sizeof(double) + 123; // 24 MiB and a partial page
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<double>(i) * 0.5 + 1.0; // one thread
+    const std::uint64_t sum = checksum(v.data(), n);
+    const partition<double> part(n);
+    const page_histogram before = where(v);
+    std::size_t elsewhere = 0; // pages not on their block's node before (oracle, page by page)
+    for (auto a = reinterpret_cast<std::uintptr_t>(v.data()) / page * page; a < reinterpret_cast<std::uintptr_t>(v.data() + n); a += page)
+        elsewhere += page_node(reinterpret_cast<void*>(a)) != expected_node(a, v.data(), n, part.blocks());
+    replace_report r = replace(v, part);
+    EXPECT_EQ(checksum(v.data(), n), sum) << "contents changed";
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(r.pages, before.pages);
+    EXPECT_EQ(r.moved + r.in_place + r.untouched + r.failed_pages(), r.pages);
+    EXPECT_EQ(r.untouched, 0u);
+    EXPECT_EQ(r.before.per_node, before.per_node);
+    const auto per_node = check_pages(v.data(), n, part.blocks());
+    EXPECT_EQ(r.after.per_node, per_node);
+    const partition_locality loc = where(v.data(), part);
+    EXPECT_EQ(loc.remote, 0u);
+    EXPECT_EQ(loc.local, before.pages);
+    EXPECT_EQ(r.moved, elsewhere) << "exactly the pages that were elsewhere moved";
+    if (multi_node()) {
+        std::size_t nonzero = 0;
+        for (auto c : per_node) nonzero += c != 0;
+        EXPECT_EQ(nonzero, topo.with_cpus().size()) << "every node with CPUs holds its block";
+    }
+}
+
+TEST(replace, aligned_buffer_block_pages_exact_and_policy_places_later_faults) {
+    const topology& topo = topology::get();
+    const std::size_t n = (16u << 20) / sizeof(double);
+    const partition<double> part(n, topo.with_cpus(), {}, edge_alignment::page);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), std::size_t(2) << 20));
+    const std::size_t half = n / 2; // touch only the first half: the rest is faulted after the replace
+    for (std::size_t i = 0; i < half; ++i) d[i] = static_cast<double>(i);
+    replace_report r = replace(d, part);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_TRUE(r.policy_kept);
+    EXPECT_EQ(r.untouched, (n - half) * sizeof(double) / page);
+    for (std::size_t i = half; i < n; ++i) d[i] = static_cast<double>(i); // faults under the new policy
+    const auto per_node = check_pages(d, n, part.blocks());
+    for (const auto& b : part.blocks()) EXPECT_EQ(per_node[static_cast<std::size_t>(b.node)], b.size() * sizeof(double) / page);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], static_cast<double>(i));
+    memory::unmap(d, n * sizeof(double));
+}
+
+TEST(replace, to_every_node_including_memory_only_ones) {
+    const topology& topo = topology::get();
+    const node_set all = topo.all();
+    const std::size_t n = all.size() * 1024 * (page / sizeof(double)); // 1024 pages per node
+    std::vector<std::size_t> weights(all.size(), 1);
+    const partition<double> part(n, all, weights, edge_alignment::page);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    for (std::size_t i = 0; i < n; ++i) d[i] = 3.0 * static_cast<double>(i);
+    replace_report r = replace(d, part);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    const auto per_node = check_pages(d, n, part.blocks());
+    for (int id : all) EXPECT_EQ(per_node[static_cast<std::size_t>(id)], 1024u) << "node " << id;
+    if (const char* layout = std::getenv("NUMAPLACE_GUEST_LAYOUT"); layout && std::string(layout) == "memonly") {
+        ASSERT_EQ(all.size(), 3u);
+        EXPECT_FALSE(topo.at(2).has_cpus());
+        EXPECT_EQ(r.after.on(2), 1024u);
+    }
+    // To one node, then interleaved: the kernel's interleave order (page address mod node count).
+    r = replace(d, n * sizeof(double), on_node(all[all.size() - 1]));
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(where(d, n * sizeof(double)).on(all[all.size() - 1]), n * sizeof(double) / page);
+    r = replace(d, n * sizeof(double), interleaved(all));
+    EXPECT_TRUE(r.complete()) << r.summary();
+    std::vector<int> by_os(all.begin(), all.end());
+    std::sort(by_os.begin(), by_os.end(), [&](int a, int b) { return topo.at(a).os_index < topo.at(b).os_index; });
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n * sizeof(double) / page; ++i) {
+        const auto a = reinterpret_cast<std::uintptr_t>(d) + i * page;
+        wrong += page_node(reinterpret_cast<void*>(a)) != by_os[(a / page) % by_os.size()];
+    }
+    EXPECT_EQ(wrong, 0u);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], 3.0 * static_cast<double>(i));
+    memory::unmap(d, n * sizeof(double));
+}
+
+TEST(replace, page_budget_converges_in_a_bounded_number_of_calls) {
+    const topology& topo = topology::get();
+    const std::size_t pages = 3000;
+    const std::size_t n = pages * page / sizeof(double);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    ::madvise(d, n * sizeof(double), MADV_NOHUGEPAGE); // exact counts: a THP moves whole, beyond a budget
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(i);
+    const partition<double> part(n, topo.with_cpus(), {}, edge_alignment::page);
+    std::size_t expected_moves = 0; // pages not on their block's node now (oracle, page by page)
+    for (std::size_t i = 0; i < pages; ++i) {
+        const auto a = reinterpret_cast<std::uintptr_t>(d) + i * page;
+        expected_moves += page_node(reinterpret_cast<void*>(a)) != expected_node(a, d, n, part.blocks());
+    }
+    replace_options opts;
+    opts.page_budget = 250;
+    std::size_t calls = 0, moved = 0, batches = 0;
+    opts.progress = [&](const replace_progress& p) {
+        ++batches;
+        EXPECT_LE(p.moved, 250u);
+        return true;
+    };
+    replace_report r;
+    do {
+        r = replace(d, part, fallback::strict, opts);
+        EXPECT_LE(r.moved, 250u);
+        EXPECT_EQ(r.first_page, opts.resume_at);
+        moved += r.moved;
+        opts.resume_at = r.resume_at;
+        ++calls;
+        ASSERT_LE(calls, pages) << "no progress";
+    } while (!r.done());
+    EXPECT_LE(calls, (expected_moves + 249) / 250 + 1);
+    EXPECT_EQ(moved, expected_moves);
+    EXPECT_GE(batches, 1u);
+    check_pages(d, n, part.blocks());
+    // A time budget of 1 ns stops after the first batch: 4096 pages at most.
+    std::vector<double> big(20000 * page / sizeof(double), 1.0);
+    replace_options t;
+    t.time_budget = std::chrono::nanoseconds(1);
+    r = replace(big, partition<double>(big.size()), fallback::strict, t);
+    EXPECT_GT(r.resume_at, 4096u - 512u); // one batch, ending on a huge-page boundary
+    EXPECT_LE(r.resume_at, 4096u);
+    EXPECT_FALSE(r.done());
+    // A progress callback returning false stops likewise.
+    replace_options s;
+    s.progress = [](const replace_progress&) { return false; };
+    r = replace(big, partition<double>(big.size()), fallback::strict, s);
+    EXPECT_GT(r.resume_at, 4096u - 512u);
+    EXPECT_LE(r.resume_at, 4096u);
+    memory::unmap(d, n * sizeof(double));
+}
+
+TEST(replace, boundaries_empty_one_byte_page_minus_one_unaligned) {
+    auto* p = static_cast<char*>(map_aligned(4 * page, page));
+    std::memset(p, 7, 4 * page);
+    replace_report r = replace(p, 0, on_node(0));
+    EXPECT_EQ(r.pages, 0u);
+    EXPECT_TRUE(r.complete());
+    r = replace(p + 5, 1, on_node(0));
+    EXPECT_EQ(r.pages, 1u);
+    EXPECT_TRUE(r.complete());
+    EXPECT_FALSE(r.policy_kept) << "a partial page keeps its policy (it belongs to other data too)";
+    r = replace(p + 1, page - 1, on_node(0));
+    EXPECT_EQ(r.pages, 1u);
+    r = replace(p + 1, page, on_node(0));
+    EXPECT_EQ(r.pages, 2u);
+    r = replace(p, page, on_node(0));
+    EXPECT_EQ(r.pages, 1u);
+    EXPECT_TRUE(r.policy_kept);
+    r = replace(p + page - 1, 2 * page + 2, on_node(0)); // spans 4 pages partly
+    EXPECT_EQ(r.pages, 4u);
+    EXPECT_EQ(r.in_place + r.moved, 4u);
+    for (std::size_t i = 0; i < 4 * page; ++i) ASSERT_EQ(p[i], 7);
+    const partition<char> empty;
+    r = replace(p, empty);
+    EXPECT_EQ(r.pages, 0u);
+    EXPECT_THROW(replace(p, SIZE_MAX - 5, on_node(0)), invalid_placement);
+    EXPECT_THROW(replace(p, 100, on_node(static_cast<int>(topology::get().size()))), unknown_node);
+    // A range with a partial first page and an unaligned partition: the page rule of where().
+    const std::size_t n = (3 * page) / sizeof(int) - 3;
+    auto* ints = reinterpret_cast<int*>(p + 12);
+    const partition<int> part(n, topology::get().with_cpus(), {}, edge_alignment::page);
+    r = replace(ints, part);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    check_pages(ints, n, part.blocks());
+    EXPECT_EQ(where(ints, part).remote, 0u);
+    memory::unmap(p, 4 * page);
+}
+
+TEST(replace, partitioned_container_loop_follows_the_new_partition) {
+    const topology& topo = topology::get();
+    const std::size_t n = (8u << 20) / sizeof(double);
+    partitioned_vector<double> v(n);
+    parallel_for(v, [&](std::size_t i) { v[i] = static_cast<double>(i); });
+    const partition<double> old = partition_of(v);
+    // The new partition: every node, reversed weights where there are several nodes.
+    const node_set all = topo.all();
+    std::vector<std::size_t> w;
+    for (std::size_t k = 0; k < all.size(); ++k) w.push_back(k + 1);
+    const partition<double> next(n, all, w, edge_alignment::page);
+    replace_report r = replace(v, next);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    const partition<double> now = partition_of(v);
+    EXPECT_TRUE(now.untyped().same_layout(next.untyped()));
+    EXPECT_EQ(now.size(), n);
+    EXPECT_EQ(where(v.data(), now).remote, 0u);
+    check_pages(v.data(), n, now.blocks());
+    // The loop runs each index on the node its page is on.
+    std::atomic<std::size_t> visited{0}, off{0};
+    parallel_for(v, [&](subrange s) {
+        visited += s.size();
+        for (std::size_t i = s.begin(); i < s.end(); i += page / sizeof(double))
+            if (now.block_of(i).node != s.node()) ++off;
+    });
+    EXPECT_EQ(visited.load(), n);
+    EXPECT_EQ(off.load(), 0u);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<double>(i));
+    // A moved-to container keeps the record (the buffer moved with it).
+    partitioned_vector<double> moved_to = std::move(v);
+    EXPECT_TRUE(partition_of(moved_to).untyped().same_layout(next.untyped()));
+    // Reallocation gives the buffer the allocator's layout again.
+    moved_to.reserve(2 * n);
+    EXPECT_TRUE(partition_of(moved_to).untyped().same_layout(old.untyped()));
+    EXPECT_EQ(where(moved_to.data(), partition_of(moved_to)).remote, 0u);
+    // Back to the allocator's own layout: the record is dropped.
+    partitioned_vector<double> u(n);
+    first_touch(u);
+    replace(u, next);
+    replace(u, old);
+    EXPECT_TRUE(partition_of(u).untyped().same_layout(old.untyped()));
+    EXPECT_EQ(where(u.data(), partition_of(u)).remote, 0u);
+}
+
+TEST(replace, raw_ranges_over_partitioned_buffers_and_small_containers_are_refused) {
+    const std::size_t n = (1u << 20) / sizeof(double);
+    partitioned_vector<double> v(n);
+    first_touch(v);
+    EXPECT_THROW(replace(v.data() + 10, 100, on_node(0)), invalid_placement);
+    EXPECT_THROW(replace(v.data(), partition<double>(n)), invalid_placement);
+    EXPECT_THROW(replace(static_cast<const void*>(v.data() + n - 1), 8, interleaved()), invalid_placement);
+    partitioned_vector<double> small(10);
+    EXPECT_THROW(replace(small, partition<double>(10)), invalid_placement);
+    partitioned_vector<double> empty;
+    EXPECT_EQ(replace(empty, partition<double>(10)).pages, 0u);
+    std::vector<double> plain(1000);
+    EXPECT_THROW(replace(plain, partition<double>(999)), invalid_placement);
+    // Freed: the range is no longer a partitioned buffer.
+    double* addr = v.data();
+    v = partitioned_vector<double>();
+    EXPECT_FALSE(detail::placed_buffers::instance().overlaps(addr, 8));
+}
+
+TEST(replace, seccomp_eperm_on_move_pages_strict_throws_degrading_reports) {
+    int code = numaplace_test::run_denied({SYS_move_pages}, [] {
+        std::vector<double> v(100000, 2.0);
+        const partition<double> part(v.size());
+        try {
+            replace(v, part);
+            return 10;
+        } catch (const replace_error& e) {
+            if (e.error_number() != EPERM) return 11;
+            if (e.report().query_errno != EPERM) return 12;
+            if (e.report().failed(EPERM) != e.report().pages || e.report().pages == 0) return 13;
+            if (e.report().moved != 0) return 14;
+        }
+        const std::size_t before = degradation_count();
+        replace_report r = replace(v, part, fallback::degrade);
+        if (r.failed(EPERM) != r.pages || r.complete() || !r.done()) return 15;
+        if (degradation_count() != before + 1) return 16;
+        for (double x : v)
+            if (x != 2.0) return 17;
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(replace, seccomp_eperm_on_mbind_strict_throws_degrading_reports_policy) {
+    int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+        std::vector<double> v(100000, 2.0);
+        const partition<double> part(v.size());
+        try {
+            replace(v, part);
+            return 10;
+        } catch (const replace_error& e) {
+            if (e.report().policy_errno != EPERM || e.report().policy_kept) return 11;
+            if (e.report().failed_pages() != 0) return 12; // pages still move: move_pages is allowed
+            if (!e.report().done()) return 13;
+        }
+        const std::size_t before = degradation_count();
+        replace_report r = replace(v, part, fallback::degrade);
+        if (r.policy_errno != EPERM || r.complete()) return 14;
+        if (degradation_count() != before + 1) return 15;
+        replace_options no_policy;
+        no_policy.keep_policy = false;
+        r = replace(v, part, fallback::strict, no_policy); // only moving: nothing refused
+        if (!r.complete()) return 16;
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(replace, pages_shared_with_another_process_are_reported_eacces) {
+    const topology& topo = topology::get();
+    const std::size_t n = 256 * page / sizeof(double);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    for (std::size_t i = 0; i < n; ++i) d[i] = 1.0;
+    int ready[2];
+    ASSERT_EQ(pipe(ready), 0);
+    const pid_t child = fork();
+    if (child == 0) { // holds the pages copy-on-write, mapped twice
+        char c = 1;
+        (void)!write(ready[1], &c, 1);
+        pause();
+        _exit(0);
+    }
+    char c;
+    ASSERT_EQ(read(ready[0], &c, 1), 1);
+    const int home = page_node(d);
+    int other = home;
+    for (int id : topo.all())
+        if (id != home) other = id;
+    replace_options o;
+    replace_report r;
+    try {
+        r = replace(d, n * sizeof(double), on_node(other, node_policy::bind, fallback::strict), o);
+    } catch (const replace_error& e) {
+        r = e.report();
+    }
+    kill(child, SIGKILL);
+    waitpid(child, nullptr, 0);
+    if (other == home) {
+        EXPECT_TRUE(r.complete()) << r.summary();
+        EXPECT_EQ(r.in_place, 256u);
+    } else {
+        EXPECT_EQ(r.failed(EACCES), 256u) << r.summary();
+        EXPECT_EQ(r.moved, 0u);
+        EXPECT_EQ(r.after.on(home), 256u);
+        replace_report again = replace(d, n * sizeof(double), on_node(other)); // the child is gone
+        EXPECT_TRUE(again.complete()) << again.summary();
+        EXPECT_EQ(again.moved, 256u);
+    }
+    close(ready[0]);
+    close(ready[1]);
+    memory::unmap(d, n * sizeof(double));
+}
+
+TEST(replace, huge_page_straddling_a_block_edge_is_split) {
+    const topology& topo = topology::get();
+    const std::size_t huge = detail::huge_page_size();
+    const std::size_t bytes = 4 * huge;
+    auto* d = static_cast<double*>(map_aligned(bytes, huge));
+    ::madvise(d, bytes, MADV_HUGEPAGE);
+    const std::size_t n = bytes / sizeof(double);
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(i); // one thread: huge pages where THP is on
+    // Edges on small pages, not on huge ones: block 0 ends 1.5 huge pages in.
+    const node_set cpus = topo.with_cpus();
+    std::vector<std::size_t> w(cpus.size(), 1);
+    w[0] = 3;
+    std::size_t total = 0;
+    for (auto x : w) total += x;
+    (void)total;
+    const partition<double> part(n, cpus, w, edge_alignment::page);
+    replace_report r = replace(d, part);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    const auto per_node = check_pages(d, n, part.blocks());
+    for (const auto& b : part.blocks())
+        EXPECT_EQ(per_node[static_cast<std::size_t>(b.node)], b.size() * sizeof(double) / page) << "node " << b.node;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], static_cast<double>(i));
+    memory::unmap(d, bytes);
+}
+
+TEST(replace, report_prints_and_error_copies_share_the_report) {
+    std::vector<double> v(5000, 1.0);
+    replace_report r = replace(v, partition<double>(v.size()));
+    std::ostringstream os;
+    r.print(os);
+    EXPECT_NE(os.str().find("replace: "), std::string::npos);
+    EXPECT_NE(os.str().find("node 0:"), std::string::npos);
+    replace_error e(-1, 1, EPERM, "x", std::make_shared<const replace_report>(r));
+    replace_error copy = e;
+    EXPECT_EQ(&copy.report(), &e.report());
+    EXPECT_EQ(copy.error_number(), EPERM);
+}
+
+namespace {
+// VMAs of this process that overlap [p, p + bytes), from /proc/self/maps.
+std::size_t vmas_over(const void* p, std::size_t bytes) {
+    std::FILE* f = std::fopen("/proc/self/maps", "r");
+    if (!f) return 0;
+    const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + bytes;
+    std::size_t n = 0;
+    unsigned long lo = 0, hi = 0;
+    char line[512];
+    while (std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "%lx-%lx", &lo, &hi) == 2 && lo < e && hi > b) ++n;
+    std::fclose(f);
+    return n;
+}
+} // namespace
+
+TEST(replace, one_vma_per_block_and_no_further_split) {
+    const topology& topo = topology::get();
+    const std::size_t n = (40u << 20) / sizeof(double); // several batches per block
+    const partition<double> part(n, topo.all(), std::vector<std::size_t>(topo.size(), 1), edge_alignment::page);
+    auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
+    for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(i) + 0.25;
+    replace_report r = replace(d, part);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(r.moved + r.in_place + r.untouched, r.pages);
+    const auto per_node = check_pages(d, n, part.blocks());
+    std::size_t non_empty = 0;
+    for (const auto& b : part.blocks()) {
+        non_empty += !b.empty();
+        EXPECT_EQ(per_node[static_cast<std::size_t>(b.node)], b.size() * sizeof(double) / page);
+    }
+    EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty) << "more VMAs than blocks";
+    // Again by the same partition: nothing splits further.
+    r = replace(d, part);
+    EXPECT_TRUE(r.complete());
+    EXPECT_EQ(r.moved, 0u);
+    EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], static_cast<double>(i) + 0.25);
+    // Another partition: still one VMA per block (adjacent equal policies merge).
+    r = replace(d, partition<double>(n, topo.with_cpus(), {}, edge_alignment::page));
+    EXPECT_EQ(vmas_over(d, n * sizeof(double)), topo.with_cpus().size());
+    memory::unmap(d, n * sizeof(double));
+}
+
+
+TEST(replace, rows_partition_moves_whole_rows_per_block) {
+    const std::size_t m = 777, n = 1001; // rows not a whole number of pages
+    std::vector<double> a(m * n);
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i % 97);
+    const std::uint64_t sum = checksum(a.data(), a.size());
+    const partition<double> rows = partition<double>::rows(m, n, topology::get().with_cpus(), {}, edge_alignment::page);
+    replace_report r = replace(a.data(), rows);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(checksum(a.data(), a.size()), sum);
+    check_pages(a.data(), a.size(), rows.elements().blocks());
+    EXPECT_EQ(where(a.data(), rows).remote, 0u);
+    // The container overload takes the rows partition of its elements too.
+    r = replace(a, rows);
+    EXPECT_EQ(r.moved, 0u);
+    EXPECT_THROW(replace(a, partition<double>::rows(m, n + 1)), invalid_placement);
+}

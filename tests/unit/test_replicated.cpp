@@ -1,0 +1,256 @@
+#include <numaplace/parallel_for.hpp>
+#include <numaplace/replicated.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <seccomp.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cstdio>
+#include <stdlib.h>
+#include <unistd.h>
+
+using namespace numaplace;
+
+namespace {
+
+const std::size_t page = detail::page_size();
+
+std::vector<std::uint32_t> table(std::size_t n) {
+    std::vector<std::uint32_t> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<std::uint32_t>(i * 2654435761u);
+    return v;
+}
+
+bool in_copy(const void* p, const replicated<std::uint32_t>& r, std::size_t k) {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    const auto b = reinterpret_cast<std::uintptr_t>(r.copies()[k].data);
+    return a >= b && a < b + r.size() * sizeof(std::uint32_t);
+}
+
+std::size_t copy_index(const replicated<std::uint32_t>& r, int node) {
+    for (std::size_t k = 0; k < r.copies().size(); ++k)
+        if (r.copies()[k].node == node) return k;
+    return r.copies().size();
+}
+
+// The pinning the guest harness expects (NUMAPLACE_EXPECT_PINNING), if any.
+void check_expected_pinning() {
+    if (const char* want = std::getenv("NUMAPLACE_EXPECT_PINNING")) {
+        const pinning p = arena_capabilities().pinning;
+        EXPECT_EQ(std::string(want), p == pinning::tbbbind ? "tbbbind" : p == pinning::hwloc ? "hwloc" : "other")
+            << arena_capabilities().reason;
+    }
+}
+
+} // namespace
+
+TEST(replicated, each_copy_is_entirely_on_its_node_with_the_source_contents) {
+    const topology& topo = topology::get();
+    const std::size_t n = 3 * page + 17; // not a whole number of pages
+    const auto src = table(n);
+    replicated<std::uint32_t> r(src);
+    EXPECT_EQ(r.size(), n);
+    EXPECT_EQ(r.nodes(), topo.with_cpus());
+    ASSERT_EQ(r.copies().size(), topo.with_cpus().size());
+    EXPECT_EQ(r.bytes_per_copy(), (n * 4 + page - 1) / page * page);
+    EXPECT_EQ(r.bytes(), r.bytes_per_copy() * r.copies().size());
+    EXPECT_FALSE(r.degraded());
+    const auto hist = r.where();
+    for (std::size_t k = 0; k < r.copies().size(); ++k) {
+        const int node = r.copies()[k].node;
+        EXPECT_EQ(hist[k].pages, r.bytes_per_copy() / page);
+        EXPECT_EQ(hist[k].on(node), hist[k].pages) << "copy " << k << " not wholly on node " << node;
+        EXPECT_EQ(r.copy_for(node), r.copies()[k].data);
+        EXPECT_TRUE(std::equal(src.begin(), src.end(), r.copies()[k].data));
+    }
+    std::ostringstream os;
+    r.report(os);
+    EXPECT_NE(os.str().find("copies"), std::string::npos);
+}
+
+TEST(replicated, copies_on_every_node_including_memory_only_ones_and_nearest_for_the_rest) {
+    const topology& topo = topology::get();
+    const auto src = table(10000);
+    replicated<std::uint32_t> r(src, topo.all());
+    ASSERT_EQ(r.copies().size(), topo.size());
+    for (std::size_t k = 0; k < r.copies().size(); ++k) {
+        const auto h = r.where(k);
+        EXPECT_EQ(h.on(r.copies()[k].node), h.pages);
+        EXPECT_TRUE(std::equal(src.begin(), src.end(), r.copies()[k].data));
+    }
+    if (const char* l = std::getenv("NUMAPLACE_GUEST_LAYOUT"); l && std::string(l) == "memonly") {
+        ASSERT_EQ(topo.size(), 3u);
+        EXPECT_EQ(r.where(2).on(2), r.where(2).pages) << "the memory-only node holds its copy";
+        // Only the first node's copy: every node reads it.
+        replicated<std::uint32_t> one(src, node_set{0});
+        EXPECT_EQ(one.copy_for(2), one.copies()[0].data);
+        // Nodes 0 and 2: node 1 is nearer to 0 (21) than to 2 (30).
+        replicated<std::uint32_t> two(src, node_set{0, 2});
+        EXPECT_EQ(two.copy_node_for(1), 0);
+        EXPECT_EQ(two.copy_node_for(2), 2);
+    }
+    if (const char* l = std::getenv("NUMAPLACE_GUEST_LAYOUT"); l && std::string(l) == "4node") {
+        // Copies on 0 and 2: node 1 is nearer to 0 (21 vs 31), node 3 to 2.
+        replicated<std::uint32_t> two(src, node_set{0, 2});
+        EXPECT_EQ(two.copy_node_for(1), 0);
+        EXPECT_EQ(two.copy_node_for(3), 2);
+    }
+    EXPECT_THROW(r.copy_for(static_cast<int>(topo.size())), unknown_node);
+    EXPECT_THROW(replicated<std::uint32_t>(src, node_set{static_cast<int>(topo.size())}), unknown_node);
+    EXPECT_THROW(replicated<std::uint32_t>(src, node_set{}), invalid_placement);
+}
+
+TEST(replicated, each_block_reads_the_copy_of_its_node) {
+    check_expected_pinning();
+    const topology& topo = topology::get();
+    const auto src = table(200000);
+    replicated<std::uint32_t> r(src);
+    const std::size_t n = 1u << 20;
+    const partition<double> part(n);
+    std::atomic<std::size_t> wrong_copy{0}, wrong_node{0}, wrong_local{0}, visited{0}, sum{0};
+    const bool pinned = arena_capabilities().pinning == pinning::tbbbind || arena_capabilities().pinning == pinning::hwloc;
+    parallel_for(part, [&](subrange s) {
+        const std::uint32_t* t = r.copy_for(s.node());
+        const std::size_t k = copy_index(r, s.node());
+        if (k == r.copies().size() || !in_copy(t, r, k) || !in_copy(t + r.size() - 1, r, k)) ++wrong_copy;
+        if (r.local() != t) ++wrong_local;
+        if (pinned && topo.current_node() != s.node()) ++wrong_node;
+        std::size_t acc = 0;
+        for (std::size_t i = s.begin(); i < s.end(); ++i) acc += t[i % r.size()];
+        sum += acc;
+        visited += s.size();
+    });
+    EXPECT_EQ(visited.load(), n);
+    EXPECT_EQ(wrong_copy.load(), 0u);
+    EXPECT_EQ(wrong_local.load(), 0u);
+    EXPECT_EQ(wrong_node.load(), 0u) << "a block ran off its node: " << arena_capabilities().reason;
+    std::size_t expect = 0;
+    for (std::size_t i = 0; i < n; ++i) expect += src[i % src.size()];
+    EXPECT_EQ(sum.load(), expect);
+    // Outside a loop: the copy of the node the thread runs on (or its nearest).
+    const int here = topo.current_node();
+    if (here >= 0) {
+        const std::uint32_t* l = r.local();
+        const int again = topo.current_node();
+        if (again == here) EXPECT_EQ(l, r.copy_for(here));
+    }
+}
+
+TEST(replicated, assign_and_update_refresh_every_copy) {
+    auto src = table(5 * page);
+    replicated<std::uint32_t> r(src, topology::get().all());
+    for (auto& x : src) x ^= 0xdeadbeefu;
+    r.assign(src.data());
+    for (const auto& c : r.copies()) EXPECT_TRUE(std::equal(src.begin(), src.end(), c.data));
+    r.update([](std::uint32_t* d, std::size_t n) {
+        for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<std::uint32_t>(i);
+    });
+    for (std::size_t k = 0; k < r.copies().size(); ++k) {
+        for (std::size_t i = 0; i < r.size(); ++i) ASSERT_EQ(r.copies()[k].data[i], i) << "copy " << k;
+        EXPECT_EQ(r.where(k).on(r.copies()[k].node), r.where(k).pages) << "a refresh moved a copy";
+    }
+    // An edit that throws: the first copy is edited as far as it got, the others are untouched.
+    EXPECT_THROW(r.update([](std::uint32_t* d, std::size_t) {
+        d[0] = 99;
+        throw std::runtime_error("x");
+    }),
+                 std::runtime_error);
+    if (r.copies().size() > 1) EXPECT_EQ(r.copies()[1].data[0], 0u);
+}
+
+TEST(replicated, sizes_zero_one_page_minus_one_and_overflow) {
+    replicated<std::uint32_t> zero(nullptr, 0);
+    EXPECT_EQ(zero.size(), 0u);
+    EXPECT_EQ(zero.bytes(), 0u);
+    EXPECT_EQ(zero.copy_for(0), nullptr);
+    const std::uint32_t one = 42;
+    replicated<std::uint32_t> r1(&one, 1);
+    EXPECT_EQ(r1.bytes_per_copy(), page);
+    EXPECT_EQ(*r1.copy_for(0), 42u);
+    std::vector<char> pm1(page - 1, 'x');
+    replicated<char> r2(pm1);
+    EXPECT_EQ(r2.bytes_per_copy(), page);
+    EXPECT_EQ(r2.where(0).pages, 1u);
+    EXPECT_EQ(r2.copy_for(0)[page - 2], 'x');
+    EXPECT_THROW(replicated<std::uint32_t>(&one, SIZE_MAX / 2), std::bad_array_new_length);
+    EXPECT_THROW(replicated<std::uint32_t>(&one, SIZE_MAX / 4 - 1), std::bad_array_new_length);
+}
+
+TEST(replicated, moved_from_is_empty_and_reusable) {
+    const auto src = table(3000);
+    replicated<std::uint32_t> a(src);
+    const std::uint32_t* data = a.copy_for(0);
+    replicated<std::uint32_t> b(std::move(a));
+    EXPECT_EQ(b.copy_for(0), data);
+    EXPECT_EQ(a.size(), 0u);                 // NOLINT: moved-from is specified
+    EXPECT_TRUE(a.copies().empty());         // NOLINT
+    EXPECT_EQ(a.copy_for(0), nullptr);       // NOLINT
+    EXPECT_EQ(a.local(), nullptr);           // NOLINT
+    EXPECT_TRUE(a.where().empty());          // NOLINT
+    a.update([](std::uint32_t*, std::size_t) { FAIL() << "edit called on an empty replicated"; });
+    a = replicated<std::uint32_t>(src);
+    EXPECT_EQ(a.size(), src.size());
+    b = std::move(b); // self-move: unchanged
+    EXPECT_EQ(b.copy_for(0), data);
+    b = std::move(a);
+    EXPECT_TRUE(std::equal(src.begin(), src.end(), b.copy_for(0)));
+}
+
+namespace {
+// The seccomp child runs in a fresh process image (fork, filter, exec of this binary): oneTBB, which
+// the parent has started, is not usable in a forked child (its worker threads are not copied).
+int seccomp_child_body() {
+    const auto src = table(4 * page);
+    try {
+        replicated<std::uint32_t> r(src);
+        return 10;
+    } catch (const placement_error& e) {
+        if (e.error_number() != EPERM) return 11;
+    }
+    const std::size_t before = degradation_count();
+    replicated<std::uint32_t> r(src, topology::get().with_cpus(), fallback::degrade);
+    if (!r.degraded() || r.copies()[0].bound) return 12;
+    if (degradation_count() != before + r.copies().size()) return 13;
+    for (const auto& c : r.copies())
+        if (!std::equal(src.begin(), src.end(), c.data)) return 14;
+    std::ostringstream os;
+    r.report(os);
+    if (os.str().find("NOT bound") == std::string::npos) return 15;
+    return 0;
+}
+const bool seccomp_child_ran = [] {
+    if (const char* c = std::getenv("NUMAPLACE_TEST_REPLICATED_SECCOMP_CHILD"); c && std::string(c) == "1") {
+        int code = 91;
+        try {
+            code = seccomp_child_body();
+        } catch (...) {
+            code = 92;
+        }
+        std::fflush(nullptr);
+        _exit(code);
+    }
+    return false;
+}();
+} // namespace
+
+TEST(replicated, seccomp_eperm_on_mbind_strict_throws_degrading_records_and_fills) {
+    (void)seccomp_child_ran;
+    const int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+        ::setenv("NUMAPLACE_TEST_REPLICATED_SECCOMP_CHILD", "1", 1);
+        char self[] = "/proc/self/exe";
+        char* argv[] = {self, nullptr};
+        ::execv(self, argv);
+        return 93;
+    });
+    EXPECT_EQ(code, 0);
+}
