@@ -85,7 +85,7 @@ class NumaplaceConan(ConanFile):
         self.cpp_info.set_property("cmake_file_name", "numaplace")
         self.cpp_info.set_property("cmake_target_name", "numaplace::numaplace")
 
-        # numaplace::core: every header but parallel_for.hpp; hwloc, no oneTBB.
+        # numaplace::core: every header but parallel_for.hpp and replicated.hpp; hwloc, no oneTBB.
         core = self.cpp_info.components["core"]
         core.bindirs = []
         core.libdirs = []

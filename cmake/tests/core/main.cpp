@@ -1,10 +1,13 @@
-// numaplace::core without oneTBB: every header but parallel_for.hpp and numaplace.hpp.
+// numaplace::core without oneTBB: every header but parallel_for.hpp, replicated.hpp and numaplace.hpp.
 #include <numaplace/allocator.hpp>
+#include <numaplace/balancing.hpp>
 #include <numaplace/error.hpp>
 #include <numaplace/memory.hpp>
 #include <numaplace/partition.hpp>
 #include <numaplace/placement.hpp>
 #include <numaplace/pmr.hpp>
+#include <numaplace/replace.hpp>
+#include <numaplace/shared_segment.hpp>
 #include <numaplace/topology.hpp>
 #include <numaplace/where.hpp>
 
