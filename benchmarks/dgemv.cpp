@@ -1,13 +1,25 @@
-// DGEMV c = A*b for each placement at 1..all threads, beside the read-bandwidth probe (the limit) and
-// OpenBLAS cblas_dgemv on the same matrix, all in one run. A is M x N doubles (default 20000 x 20000,
-// 3.2 GB); override with NUMAPLACE_DGEMV_M / NUMAPLACE_DGEMV_N.
+// DGEMV c = A*b for each placement at 1..all threads, beside the read limit and OpenBLAS cblas_dgemv on
+// the same matrix, all in one run. A is M x N doubles (default 20000 x 20000, 3.2 GB); override with
+// NUMAPLACE_DGEMV_M / NUMAPLACE_DGEMV_N.
 //
-// Names: BM_Dgemv_<read_limit|openblas|partitioned|serial_init|parallel_init|interleaved|node0>/threads:T
-// Counters: GBps, GFLOPs, fraction_of_limit (GB/s over the probe's at the same thread count, this run),
-// locality (pages on the node of the thread that computes them, from where()), speedup (over 1 thread,
-// same placement, this run); locality_before (before the timed iterations) and the kernel's NUMA balancing
-// counters over them (numa_pages_migrated, numa_hint_faults, numa_hint_faults_local from /proc/vmstat,
-// system-wide; 0 unless kernel.numa_balancing is on). One matrix lives at a time (registration is grouped by placement).
+// Method: every benchmark is repeated (5 by default) and the repetitions of all benchmarks are run in
+// random order (--benchmark_enable_random_interleaving, on by default here), so slow phases of a shared
+// machine hit every kernel alike; Google Benchmark then reports mean, median, stddev and cv (coefficient
+// of variation) per benchmark. The read limit is the best, per thread count, of several read
+// strategies measured in the same run (BM_Dgemv_read_limit_<strategy>: 1/2/4/8 interleaved streams,
+// integer XOR, software prefetch, AVX2 where compiled in; dgemv_kernel.hpp, namespace probe), so no
+// kernel should beat it. Ratios need the whole run: `plot_dgemv.py --summary results.json` prints
+// partitioned / limit / OpenBLAS with their cv.
+//
+// Names: BM_Dgemv_<read_limit_<strategy>|openblas|partitioned|partitioned_hugepage|serial_init|parallel_init|
+//                  interleaved|node0>/threads:T
+// Counters: GBps, GFLOPs, locality (pages on the node of the thread that computes them, from where()),
+// locality_before (before the timed iterations) and the kernel's NUMA balancing counters over them
+// (numa_pages_migrated, numa_hint_faults, numa_hint_faults_local from /proc/vmstat, system-wide; 0 unless
+// kernel.numa_balancing is on).
+// The matrix of the partitioned placement (read by the probes, OpenBLAS and our kernel) lives for the
+// whole run; the other placements share a second slot, rebuilt when another placement runs.
+// Quick comparison: --benchmark_filter='read_limit|openblas|partitioned'.
 // Plot: benchmarks/plot_dgemv.py results.json out.png
 #include "dgemv_placements.hpp"
 
@@ -22,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #ifdef NUMAPLACE_HAVE_OPENBLAS
 #include <cblas.h>
@@ -39,30 +52,25 @@ std::size_t env_size(const char* name, std::size_t fallback) {
 const std::size_t M = env_size("NUMAPLACE_DGEMV_M", 20000);
 const std::size_t N = env_size("NUMAPLACE_DGEMV_N", 20000);
 
-// The one live matrix: replaced when a benchmark of another placement starts.
-placed_matrix& matrix(placement_kind kind) {
-    static std::unique_ptr<placed_matrix> current;
-    if (!current || current->kind() != kind) {
-        current.reset();
-        current = std::make_unique<placed_matrix>(kind, M, N);
+// The partitioned matrix (shared by the probes, OpenBLAS and our kernel) lives for the whole run; so
+// does its MADV_HUGEPAGE twin once used; the other placements share one more slot, replaced when a
+// benchmark of another placement starts.
+placed_matrix& matrix(placement_kind kind, bool huge_pages = false) {
+    static std::unique_ptr<placed_matrix> partitioned, partitioned_huge, other;
+    auto& slot = kind != placement_kind::partitioned ? other : huge_pages ? partitioned_huge : partitioned;
+    if (!slot || slot->kind() != kind) {
+        slot.reset();
+        slot = std::make_unique<placed_matrix>(kind, M, N, huge_pages);
     }
-    return *current;
+    return *slot;
 }
 
-std::map<int, double>& limit_gbps() { static std::map<int, double> m; return m; } // threads -> GB/s
-std::map<std::string, double>& one_thread_seconds() { static std::map<std::string, double> m; return m; }
-
-void finish(benchmark::State& state, const std::string& key, int threads, double seconds, std::size_t bytes,
-            double locality) {
+void finish(benchmark::State& state, int threads, double seconds, std::size_t bytes, double locality) {
     const double per_iter = seconds / static_cast<double>(state.iterations());
-    const double gbps = static_cast<double>(bytes) / per_iter / 1e9;
-    state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+    state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
     state.counters["threads"] = threads;
-    state.counters["GBps"] = gbps;
+    state.counters["GBps"] = static_cast<double>(bytes) / per_iter / 1e9;
     state.counters["GFLOPs"] = 2.0 * static_cast<double>(M) * static_cast<double>(N) / per_iter / 1e9;
-    if (limit_gbps().count(threads)) state.counters["fraction_of_limit"] = gbps / limit_gbps()[threads];
-    if (threads == 1) one_thread_seconds()[key] = per_iter;
-    if (one_thread_seconds().count(key)) state.counters["speedup"] = one_thread_seconds()[key] / per_iter;
     if (locality >= 0) state.counters["locality"] = locality;
 }
 
@@ -85,20 +93,18 @@ double timed(benchmark::State& state, F&& f) {
     return seconds;
 }
 
-void BM_Dgemv_read_limit(benchmark::State& state) {
+void BM_Dgemv_read_limit(benchmark::State& state, const numaplace::bench::probe::strategy& how) {
     const int threads = static_cast<int>(state.range(0));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     auto& m = matrix(placement_kind::partitioned);
-    const double seconds = timed(state, [&] { benchmark::DoNotOptimize(m.read_all()); });
-    const double gbps = static_cast<double>(m.bytes()) / (seconds / static_cast<double>(state.iterations())) / 1e9;
-    if (gbps > limit_gbps()[threads]) limit_gbps()[threads] = gbps; // best of the repetitions
-    finish(state, "read_limit", threads, seconds, m.bytes(), -1);
+    const double seconds = timed(state, [&] { benchmark::DoNotOptimize(m.read_all(how.read)); });
+    finish(state, threads, seconds, m.bytes(), -1);
 }
 
-void run_placement(benchmark::State& state, placement_kind kind) {
+void run_placement(benchmark::State& state, placement_kind kind, bool huge_pages = false) {
     const int threads = static_cast<int>(state.range(0));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    auto& m = matrix(kind);
+    auto& m = matrix(kind, huge_pages);
     m.multiply();
     if (!m.check()) {
         state.SkipWithError("wrong result");
@@ -108,7 +114,7 @@ void run_placement(benchmark::State& state, placement_kind kind) {
     const auto balancing_before = numaplace::balancing_counters::read();
     const double seconds = timed(state, [&] { m.multiply(); });
     const auto bal = numaplace::balancing_counters::read().since(balancing_before);
-    finish(state, numaplace::bench::name(kind), threads, seconds, m.bytes(), m.locality());
+    finish(state, threads, seconds, m.bytes(), m.locality());
     state.counters["locality_before"] = locality_before;
     state.counters["numa_pages_migrated"] = static_cast<double>(bal.pages_migrated);
     state.counters["numa_hint_faults"] = static_cast<double>(bal.hint_faults);
@@ -128,7 +134,7 @@ void BM_Dgemv_openblas(benchmark::State& state) {
         return;
     }
     const double seconds = timed(state, gemv);
-    finish(state, "openblas", threads, seconds, m.bytes(), -1);
+    finish(state, threads, seconds, m.bytes(), -1);
 }
 #endif
 
@@ -136,10 +142,12 @@ void register_all() {
     const int all = tbb::info::default_concurrency();
     auto threads = [all](benchmark::internal::Benchmark* b) {
         for (int t = 1; t <= all; ++t) b->Arg(t);
-        b->ArgName("threads")->Unit(benchmark::kMillisecond)->UseManualTime()->Repetitions(5)->Iterations(3);
+        b->ArgName("threads")->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(3);
     };
-    // The probe and OpenBLAS read the partitioned matrix: the same data as our kernel on it.
-    threads(benchmark::RegisterBenchmark("BM_Dgemv_read_limit", BM_Dgemv_read_limit));
+    // The probes and OpenBLAS read the partitioned matrix: the same data as our kernel on it.
+    for (const auto& how : numaplace::bench::probe::strategies())
+        threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_read_limit_") + how.name).c_str(),
+                                             [&how](benchmark::State& s) { BM_Dgemv_read_limit(s, how); }));
 #ifdef NUMAPLACE_HAVE_OPENBLAS
     threads(benchmark::RegisterBenchmark("BM_Dgemv_openblas", BM_Dgemv_openblas));
 #endif
@@ -147,11 +155,31 @@ void register_all() {
                                 placement_kind::interleaved, placement_kind::node0})
         threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_") + numaplace::bench::name(kind)).c_str(),
                                              [kind](benchmark::State& s) { run_placement(s, kind); }));
+    // What transparent huge pages (madvise mode) give the partitioned kernel: the same matrix with
+    // MADV_HUGEPAGE before its first write (huge-page-aligned edges assumed: true on one node).
+    threads(benchmark::RegisterBenchmark("BM_Dgemv_partitioned_hugepage", [](benchmark::State& s) {
+        run_placement(s, placement_kind::partitioned, true);
+    }));
 }
 } // namespace
 
 int main(int argc, char** argv) {
     register_all();
+    // Five interleaved repetitions unless the command line says otherwise.
+    std::vector<char*> args(argv, argv + argc);
+    char interleave[] = "--benchmark_enable_random_interleaving=true";
+    char repetitions[] = "--benchmark_repetitions=5";
+    auto given = [&](const char* flag) {
+        for (int i = 1; i < argc; ++i)
+            if (std::string(argv[i]).rfind(flag, 0) == 0) return true;
+        return false;
+    };
+    if (!given("--benchmark_enable_random_interleaving")) args.insert(args.begin() + 1, interleave);
+    if (!given("--benchmark_repetitions")) args.insert(args.begin() + 1, repetitions);
+    int count = static_cast<int>(args.size());
+    args.push_back(nullptr);
+    argv = args.data();
+    argc = count;
     benchmark::Initialize(&argc, argv);
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::AddCustomContext("matrix", std::to_string(M) + "x" + std::to_string(N) + " doubles");

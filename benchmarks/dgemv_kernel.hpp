@@ -1,6 +1,7 @@
 // numaplace benchmarks: a bandwidth-bound DGEMV kernel and the read-bandwidth probe it is measured against.
 //
-// Portable C++17: no intrinsics, no vector extensions, no pragmas or attributes, no -ffast-math.
+// The kernel is portable C++17: no intrinsics, no vector extensions, no pragmas or attributes, no
+// -ffast-math. (The read-limit probes at the end, namespace probe, may use extensions: they are the limit.)
 //
 // Why not the naive loop: `y[i] += A[i*n+j] * x[j]` is one floating-point add chain per row. Without
 // -ffast-math the compiler may not reassociate it, so every add waits for the previous one and the loop
@@ -48,7 +49,14 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <vector>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace numaplace::bench {
 
@@ -163,25 +171,24 @@ inline void dgemv_rows_chunked(const double* A, std::size_t lda, const double* x
     }
 }
 
-/// read_sum with another segment and chunk length (for tuning; read_sum uses the defaults).
-template <std::size_t B, std::size_t C>
-inline double read_sum_shaped(const double* p, std::size_t count) noexcept {
-    static_assert(C != 0 && B % C == 0 && C % lanes == 0, "segments are whole chunks, chunks whole lanes");
+/// The sum of p[0, count) read as S streams: blocks of S consecutive segments of B doubles, the S
+/// segments read together, C doubles of each at a time, each into its own 8 lanes. read_sum is S = 4.
+template <std::size_t S, std::size_t B, std::size_t C>
+inline double read_sum_streams(const double* p, std::size_t count) noexcept {
+    static_assert(S != 0 && C != 0 && B % C == 0 && C % lanes == 0, "segments are whole chunks, chunks whole lanes");
     double total = 0.0;
     std::size_t k = 0;
-    for (; count - k >= 4 * B; k += 4 * B) {
+    for (; count - k >= S * B; k += S * B) {
         const double* p0 = p + k;
-        double c0[2][4] = {};
-        double c1[2][4] = {};
-        double c2[2][4] = {};
-        double c3[2][4] = {};
+        double c[S][2][4] = {};
         for (std::size_t b = 0; b != B; b += C) {
-            add_chunk(c0, p0 + b, C);
-            add_chunk(c1, p0 + B + b, C);
-            add_chunk(c2, p0 + 2 * B + b, C);
-            add_chunk(c3, p0 + 3 * B + b, C);
+            for (std::size_t s = 0; s != S; ++s) {
+                add_chunk(c[s], p0 + s * B + b, C);
+            }
         }
-        total += (combine(c0) + combine(c1)) + (combine(c2) + combine(c3));
+        for (std::size_t s = 0; s != S; ++s) {
+            total += combine(c[s]);
+        }
     }
     const std::size_t rest = count - k;
     const std::size_t m = rest - rest % lanes;
@@ -192,6 +199,12 @@ inline double read_sum_shaped(const double* p, std::size_t count) noexcept {
         s += p[k + j];
     }
     return total + s;
+}
+
+/// read_sum with another segment and chunk length (for tuning; read_sum uses the defaults).
+template <std::size_t B, std::size_t C>
+inline double read_sum_shaped(const double* p, std::size_t count) noexcept {
+    return read_sum_streams<4, B, C>(p, count);
 }
 
 } // namespace detail
@@ -276,6 +289,120 @@ inline bool dgemv_check(const double* A, std::size_t lda, const double* x, const
     }
     return ok;
 }
+
+/// Read-bandwidth probes: ways to read memory as fast as this machine allows, measured side by side so
+/// that their best is the read limit of the run (a kernel that beat every one of them would show that a
+/// strategy is missing). They are not DGEMV kernels: the ones below may use compiler extensions and
+/// intrinsics. Each returns a value depending on every element read, so the reads stay.
+namespace probe {
+
+/// S interleaved floating-point streams (read_sum_streams).
+template <std::size_t S>
+inline double sum_streams(const double* p, std::size_t count) noexcept {
+    return detail::read_sum_streams<S, detail::probe_segment, detail::probe_chunk>(p, count);
+}
+
+/// One stream, integer XOR of the bits: no floating-point latency at all, vectorised by the compiler.
+inline double xor_bits(const double* p, std::size_t count) noexcept {
+    std::uint64_t acc[4] = {};
+    std::size_t i = 0;
+    for (; count - i >= 4; i += 4) {
+        for (std::size_t l = 0; l != 4; ++l) {
+            std::uint64_t v;
+            std::memcpy(&v, p + i + l, sizeof v);
+            acc[l] ^= v;
+        }
+    }
+    for (; i < count; ++i) {
+        std::uint64_t v;
+        std::memcpy(&v, p + i, sizeof v);
+        acc[0] ^= v;
+    }
+    return static_cast<double>((acc[0] ^ acc[1]) ^ (acc[2] ^ acc[3]));
+}
+
+/// sum_streams<4> with software prefetch `Ahead` bytes in front of each stream.
+template <std::size_t Ahead>
+inline double sum4_prefetch(const double* p, std::size_t count) noexcept {
+    constexpr std::size_t S = 4, B = detail::probe_segment, C = detail::probe_chunk;
+    constexpr std::size_t ahead = Ahead / sizeof(double);
+    double total = 0.0;
+    std::size_t k = 0;
+    for (; count - k >= S * B; k += S * B) {
+        const double* p0 = p + k;
+        double c[S][2][4] = {};
+        for (std::size_t b = 0; b != B; b += C) {
+            for (std::size_t s = 0; s != S; ++s) {
+                const double* q = p0 + s * B + b;
+                for (std::size_t line = 0; line != C; line += 8) { // one prefetch per 64-byte line
+                    __builtin_prefetch(q + ahead + line, 0, 0);
+                }
+                detail::add_chunk(c[s], q, C);
+            }
+        }
+        for (std::size_t s = 0; s != S; ++s) {
+            total += detail::combine(c[s]);
+        }
+    }
+    return total + detail::read_sum_streams<1, detail::probe_segment, detail::probe_chunk>(p + k, count - k);
+}
+
+#if defined(__AVX2__)
+/// S streams of explicit AVX2 loads, two 4-wide accumulators per stream.
+template <std::size_t S>
+inline double avx2_streams(const double* p, std::size_t count) noexcept {
+    constexpr std::size_t B = detail::probe_segment;
+    __m256d total = _mm256_setzero_pd();
+    std::size_t k = 0;
+    for (; count - k >= S * B; k += S * B) {
+        __m256d acc[S][2];
+        for (std::size_t s = 0; s != S; ++s) {
+            acc[s][0] = _mm256_setzero_pd();
+            acc[s][1] = _mm256_setzero_pd();
+        }
+        for (std::size_t b = 0; b != B; b += 8) {
+            for (std::size_t s = 0; s != S; ++s) {
+                const double* q = p + k + s * B + b;
+                acc[s][0] = _mm256_add_pd(acc[s][0], _mm256_loadu_pd(q));
+                acc[s][1] = _mm256_add_pd(acc[s][1], _mm256_loadu_pd(q + 4));
+            }
+        }
+        for (std::size_t s = 0; s != S; ++s) {
+            total = _mm256_add_pd(total, _mm256_add_pd(acc[s][0], acc[s][1]));
+        }
+    }
+    alignas(32) double t[4];
+    _mm256_store_pd(t, total);
+    return (t[0] + t[1]) + (t[2] + t[3]) + sum_streams<1>(p + k, count - k);
+}
+#endif
+
+/// A named probe.
+struct strategy {
+    const char* name;
+    double (*read)(const double*, std::size_t) noexcept;
+};
+
+/// \returns every probe this build has (AVX2 ones only when compiled with AVX2).
+inline const std::vector<strategy>& strategies() {
+    static const std::vector<strategy> all{
+        {"sum1", &sum_streams<1>},
+        {"sum2", &sum_streams<2>},
+        {"sum4", &sum_streams<4>},
+        {"sum8", &sum_streams<8>},
+        {"xor1", &xor_bits},
+        {"sum4_prefetch1k", &sum4_prefetch<1024>},
+        {"sum4_prefetch4k", &sum4_prefetch<4096>},
+#if defined(__AVX2__)
+        {"avx2x2", &avx2_streams<2>},
+        {"avx2x4", &avx2_streams<4>},
+        {"avx2x8", &avx2_streams<8>},
+#endif
+    };
+    return all;
+}
+
+} // namespace probe
 
 } // namespace numaplace::bench
 

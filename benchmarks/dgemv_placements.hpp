@@ -28,6 +28,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mman.h>
+
 namespace numaplace::bench {
 
 enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced };
@@ -58,8 +60,10 @@ inline double x_value(std::size_t j) noexcept { return static_cast<double>(j % 1
 /// An M x N row-major matrix placed one way, with x and y.
 class placed_matrix {
 public:
-    placed_matrix(placement_kind kind, std::size_t m, std::size_t n)
-        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0) {
+    /// \param huge_pages: madvise(MADV_HUGEPAGE) A before it is first written (a measurement of what
+    /// transparent huge pages in `madvise` mode give; the placement's own advice is overridden).
+    placed_matrix(placement_kind kind, std::size_t m, std::size_t n, bool huge_pages = false)
+        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0), huge_pages_(huge_pages) {
         const std::size_t count = m * n, bytes = count * sizeof(double);
         switch (kind) {
         case placement_kind::serial_init:
@@ -75,6 +79,7 @@ public:
             release_ = [bytes](double* p) { memory::unmap(p, bytes); };
             break;
         }
+        if (huge_pages) ::madvise(a_, bytes, MADV_HUGEPAGE);
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
     }
@@ -83,6 +88,7 @@ public:
     placed_matrix& operator=(const placed_matrix&) = delete;
 
     placement_kind kind() const noexcept { return kind_; }
+    bool huge_pages() const noexcept { return huge_pages_; }
     std::size_t rows() const noexcept { return m_; }
     std::size_t cols() const noexcept { return n_; }
     std::size_t bytes() const noexcept { return m_ * n_ * sizeof(double); }
@@ -102,10 +108,13 @@ public:
         for_rows([=](std::size_t b, std::size_t e) { dgemv_rows(a, n, x, y, b, e, n); });
     }
     /// \returns the sum of all of A read in parallel the same way (the read-bandwidth probe).
-    double read_all() const {
+    double read_all() const { return read_all(&read_sum); }
+    /// \returns all of A read in parallel the same way by `read` (a probe::strategies() entry), each
+    /// subrange of rows at a time, as the kernel reads them.
+    double read_all(double (*read)(const double*, std::size_t) noexcept) const {
         const double* a = a_;
         const std::size_t n = n_;
-        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read_sum(a + r.begin() * n, r.size() * n); },
+        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read(a + r.begin() * n, r.size() * n); },
                                [](double p, double q) { return p + q; });
     }
     /// \returns true if y matches the naive in-order product on a sample of rows.
@@ -172,6 +181,7 @@ private:
     std::size_t m_, n_;
     partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
     std::vector<double> x_, y_;
+    bool huge_pages_;
     double* a_ = nullptr;
     std::function<void(double*)> release_;
 };

@@ -2,6 +2,7 @@
 """Plot the DGEMV placement benchmark from Google Benchmark JSON.
 
 Usage: plot_dgemv.py results.json out.png
+       plot_dgemv.py --summary results.json     (text: limit, partitioned, OpenBLAS, ratios, cv)
 
 results.json is the output of `bench_dgemv --benchmark_format=json` (or `--benchmark_out=results.json`).
 Benchmarks are grouped by placement, read from the name (`BM_Dgemv_<placement>/...`): the words
@@ -19,27 +20,31 @@ import re
 import sys
 from collections import defaultdict
 
-try:
-    import matplotlib
-except ImportError:  # e.g. a pyenv/venv python3 first on PATH while python3-matplotlib is the system's
-    sys.exit("plot_dgemv.py: matplotlib not found; install python3-matplotlib (or pip install matplotlib), "
-             "or run it with the interpreter that has it, e.g. /usr/bin/python3 plot_dgemv.py ...")
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (backend must be chosen first)
-
 # Longest first so that e.g. "parallel_init" is not mistaken for something shorter.
-PLACEMENTS = ["parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
-ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "openblas", "read_limit"]
+PLACEMENTS = ["partitioned_hugepage", "parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
+ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "partitioned_hugepage", "openblas",
+         "read_limit"]
 STYLE = {
     "serial_init": dict(marker="o"),
     "parallel_init": dict(marker="s"),
     "interleaved": dict(marker="^"),
     "node0": dict(marker="v"),
     "partitioned": dict(marker="D"),
+    "partitioned_hugepage": dict(marker="d", linestyle="-."),
     "openblas": dict(marker="x", linestyle="--"),
     "read_limit": dict(marker="+", linestyle=":", color="black"),
 }
+
+
+def pyplot():
+    try:
+        import matplotlib
+    except ImportError:  # e.g. a pyenv/venv python3 first on PATH while python3-matplotlib is the system's
+        sys.exit("plot_dgemv.py: matplotlib not found; install python3-matplotlib (or pip install matplotlib), "
+                 "or run it with the interpreter that has it, e.g. /usr/bin/python3 plot_dgemv.py ...")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # backend chosen first
+    return plt
 
 
 def placement_of(name):
@@ -69,7 +74,13 @@ def number(bench, key):
 
 
 def collect(benchmarks):
-    """{placement: {threads: {counter: value}}}, preferring median aggregates over iterations."""
+    """{placement: {threads: {counter: value}}}, preferring median aggregates over iterations.
+
+    Read-limit probes (`BM_Dgemv_read_limit_<strategy>`) are merged into "read_limit": per thread count
+    the best strategy's median GBps (its name in "strategy", its cv in "cv"). "cv" is the coefficient of
+    variation of GBps over the repetitions (Google Benchmark's cv aggregate). "speedup" and
+    "fraction_of_limit" are computed here from the medians of the whole run when the benchmark did not
+    report them (with random interleaving the 1-thread run and the limit may come later)."""
     medians = defaultdict(lambda: defaultdict(dict))
     runs = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
     # A file holding other benchmarks too (e.g. BM_Alloc_node0): keep the DGEMV ones and the read limit.
@@ -85,6 +96,9 @@ def collect(benchmarks):
         threads = threads_of(dict(b, name=name))
         if place is None or threads is None:
             continue
+        if place == "read_limit":
+            m = re.search(r"read_limit_([A-Za-z0-9]+)", name)
+            place = "read_limit:" + (m.group(1) if m else "")
         kind = b.get("run_type", "iteration")
         agg = b.get("aggregate_name")
         for key in ("speedup", "fraction_of_limit", "GBps"):
@@ -94,6 +108,8 @@ def collect(benchmarks):
             if kind == "aggregate":
                 if agg == "median":
                     medians[place][threads][key] = v
+                elif agg == "cv" and key == "GBps":
+                    medians[place][threads]["cv"] = v
             else:
                 runs[place][threads][key].append(v)
     data = defaultdict(dict)
@@ -101,21 +117,58 @@ def collect(benchmarks):
         for t in set(medians[place]) | set(runs[place]):
             vals = {k: sum(v) / len(v) for k, v in runs[place][t].items() if v}
             vals.update(medians[place][t])
-            data[place][t] = vals
-    # fraction_of_limit from GBps where the benchmark did not report it
+            target = place
+            if place.startswith("read_limit:"):
+                target = "read_limit"
+                best = data[target].get(t)
+                if "GBps" not in vals or (best and best.get("GBps", 0) >= vals["GBps"]):
+                    continue
+                vals = dict(vals, strategy=place.split(":", 1)[1])
+            data[target][t] = vals
     limit = data.get("read_limit", {})
     for place, per_t in data.items():
+        one = per_t.get(1, {}).get("GBps")
         for t, vals in per_t.items():
             if "fraction_of_limit" not in vals and "GBps" in vals:
                 ref = limit.get(t, {}).get("GBps")
                 if ref:
                     vals["fraction_of_limit"] = vals["GBps"] / ref
+            if "speedup" not in vals and "GBps" in vals and one:
+                vals["speedup"] = vals["GBps"] / one  # same bytes per iteration at every thread count
     return data
 
 
+def summary(data):
+    """The comparison as text: per thread count, the limit (best probe), our partitioned kernel and
+    OpenBLAS, medians with cv, and their ratios."""
+    lines = []
+    limit = data.get("read_limit", {})
+    for t in sorted(limit):
+        lim = limit[t]
+        lines.append(f"threads {t}: read limit {lim['GBps']:.2f} GB/s (best probe: {lim.get('strategy', '?')}, "
+                     f"cv {100 * lim.get('cv', float('nan')):.1f}%)")
+        ref = data.get("openblas", {}).get(t, {}).get("GBps")
+        for place in ORDER:
+            if place == "read_limit" or t not in data.get(place, {}):
+                continue
+            v = data[place][t]
+            if "GBps" not in v:
+                continue
+            text = (f"  {place:14s} {v['GBps']:7.2f} GB/s  cv {100 * v.get('cv', float('nan')):5.1f}%  "
+                    f"{v['GBps'] / lim['GBps']:.3f} of limit")
+            if ref and place != "openblas":
+                text += f", {v['GBps'] / ref:.3f} of OpenBLAS"
+            lines.append(text)
+    return "\n".join(lines)
+
+
 def main(argv):
+    if len(argv) == 3 and argv[1] == "--summary":
+        with open(argv[2]) as f:
+            print(summary(collect(json.load(f).get("benchmarks", []))))
+        return 0
     if len(argv) != 3:
-        sys.stderr.write("usage: plot_dgemv.py results.json out.png\n")
+        sys.stderr.write("usage: plot_dgemv.py results.json out.png | plot_dgemv.py --summary results.json\n")
         return 2
     with open(argv[1]) as f:
         doc = json.load(f)
@@ -124,6 +177,7 @@ def main(argv):
         sys.stderr.write("plot_dgemv.py: no BM_Dgemv_<placement> benchmarks with a thread count found\n")
         return 1
 
+    plt = pyplot()
     fig, (ax_s, ax_f) = plt.subplots(1, 2, figsize=(12, 4.8))
     places = [p for p in ORDER if p in data]
     max_t = max(t for p in places for t in data[p])

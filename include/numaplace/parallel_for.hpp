@@ -84,26 +84,30 @@ private:
 enum class pinning {
     single_node, ///< one node with CPUs: plain oneTBB, nothing to pin, no extra cost
     tbbbind,     ///< oneTBB's own `constraints{numa_id}` (libtbbbind loaded and agrees with our ids)
-    hwloc,       ///< tbbbind unavailable: a task_scheduler_observer pins entering threads through hwloc
-    none         ///< neither works (CPU binding refused): blocks run unpinned, recorded as a degradation
+    hwloc,       ///< tbbbind unavailable or ineffective: an observer pins entering threads through hwloc
+    none         ///< pinning was tried and did not take effect: blocks run unpinned (a degradation)
 };
 
 inline const char* name(pinning p) noexcept {
     switch (p) {
     case pinning::single_node: return "single node (plain oneTBB)";
     case pinning::tbbbind: return "oneTBB constraints (tbbbind)";
-    case pinning::hwloc: return "hwloc observer (tbbbind unavailable)";
-    case pinning::none: return "NONE (cpu binding refused; blocks run unpinned)";
+    case pinning::hwloc: return "hwloc observer";
+    case pinning::none: return "NONE (pinning did not take effect; blocks run unpinned)";
     }
     return "?";
 }
 
-/// What oneTBB sees, and how numaplace pins arenas.
+/// What oneTBB sees, and how numaplace pins arenas. `pinning` is what was verified to hold when the
+/// arenas were created, not only what was asked for: a thread entered each arena and its CPU affinity
+/// was checked to lie within that node's CPUs. Every later entry is checked too
+/// (`node_arenas::unpinned_entries()`); a failure is recorded in `degradations()`.
 struct arena_report {
     bool tbbbind_loaded = false;        ///< libtbbbind is in the process
     std::vector<int> tbb_numa_nodes;    ///< `tbb::info::numa_nodes()` ({-1}: TBB sees no NUMA)
     numaplace::pinning pinning = pinning::single_node;
-    std::string reason;                 ///< why this pinning was chosen
+    std::string reason;                 ///< why this pinning; for `none`, what failed (node, errno)
+    bool verified = false;              ///< a thread entering every arena ran within its node's CPUs
     int tbb_interface_version = TBB_INTERFACE_VERSION;
 };
 
@@ -138,35 +142,104 @@ struct scoped_block_node {
     scoped_block_node& operator=(const scoped_block_node&) = delete;
 };
 
-// Pins every thread that enters the observed arena to one node's CPUs, restoring its previous
-// binding when it leaves. Used when oneTBB cannot pin (no tbbbind).
-class hwloc_pinning_observer : public tbb::task_scheduler_observer {
+// The body of a task handed to another thread: acquires at entry and releases at exit (also when the
+// task throws), for ThreadSanitizer (see NUMAPLACE_HANDOVER_RELEASE).
+struct handover_scope {
+    handover_scope() noexcept { NUMAPLACE_HANDOVER_ACQUIRE(); }
+    ~handover_scope() { NUMAPLACE_HANDOVER_RELEASE(); }
+    handover_scope(const handover_scope&) = delete;
+    handover_scope& operator=(const handover_scope&) = delete;
+};
+
+// Watches every thread that enters one node's arena: checks that its CPU affinity lies within the
+// node's CPUs (whatever pinned it: tbbbind's own observer runs first, having been registered when the
+// arena was initialised), and pins it through hwloc when it does not (always first, when `pin`).
+// A thread it re-bound gets its previous binding back when it leaves. A thread that still is not
+// within the node's CPUs is counted and, the first time, recorded as a degradation. Never throws.
+class node_observer : public tbb::task_scheduler_observer {
 public:
-    hwloc_pinning_observer(tbb::task_arena& arena, hwloc_topology_t topo, hwloc_const_cpuset_t cpus)
-        : tbb::task_scheduler_observer(arena), topo_(topo), cpus_(hwloc_bitmap_dup(cpus)) {
+    node_observer(tbb::task_arena& arena, int node, hwloc_topology_t topo, hwloc_const_cpuset_t cpus, bool pin)
+        : tbb::task_scheduler_observer(arena), node_(node), topo_(topo), cpus_(hwloc_bitmap_dup(cpus)), pin_{pin} {
+        if (!cpus_) throw std::bad_alloc();
         observe(true);
     }
-    ~hwloc_pinning_observer() override { observe(false); }
+    ~node_observer() override { observe(false); }
+    node_observer(const node_observer&) = delete;
+    node_observer& operator=(const node_observer&) = delete;
+
     void on_scheduler_entry(bool) override {
-        auto& saved = saved_binding();
-        if (!saved) saved.reset(hwloc_bitmap_alloc());
-        if (hwloc_get_cpubind(topo_, saved.get(), HWLOC_CPUBIND_THREAD) != 0) hwloc_bitmap_fill(saved.get());
-        if (hwloc_set_cpubind(topo_, cpus_.get(), HWLOC_CPUBIND_THREAD) != 0) failures_.fetch_add(1, std::memory_order_relaxed);
+        entries_.fetch_add(1, std::memory_order_relaxed);
+        frame f;
+        int error = 0;
+        const bool pin = pin_.load(std::memory_order_relaxed);
+        if (pin || !within(error)) {
+            if (!pin) fallbacks_.fetch_add(1, std::memory_order_relaxed);
+            f.saved.reset(hwloc_bitmap_alloc());
+            if (f.saved && hwloc_get_cpubind(topo_, f.saved.get(), HWLOC_CPUBIND_THREAD) != 0) f.saved.reset();
+            if (hwloc_set_cpubind(topo_, cpus_.get(), HWLOC_CPUBIND_THREAD) != 0) error = errno;
+            else f.rebound = true;
+        }
+        if (!within(error)) unpinned(error);
+        try {
+            frames().push_back(std::move(f));
+        } catch (...) { // no memory for the frame: the previous binding is not restored at exit
+        }
     }
     void on_scheduler_exit(bool) override {
-        auto& saved = saved_binding();
-        if (saved) hwloc_set_cpubind(topo_, saved.get(), HWLOC_CPUBIND_THREAD);
+        auto& stack = frames();
+        if (stack.empty()) return;
+        frame& f = stack.back();
+        if (f.rebound && f.saved) hwloc_set_cpubind(topo_, f.saved.get(), HWLOC_CPUBIND_THREAD);
+        stack.pop_back();
     }
-    std::size_t failures() const noexcept { return failures_.load(std::memory_order_relaxed); }
+    /// \returns how many thread entries were seen, and how many of them ran off the node's CPUs.
+    std::size_t entries() const noexcept { return entries_.load(std::memory_order_relaxed); }
+    std::size_t unpinned_entries() const noexcept { return unpinned_.load(std::memory_order_relaxed); }
+    /// \returns how many entering threads were not within the node's CPUs until this observer pinned them.
+    std::size_t fallbacks() const noexcept { return fallbacks_.load(std::memory_order_relaxed); }
+    /// \effects from now on, pins every entering thread (not only those found off the node).
+    void pin_always() noexcept { pin_.store(true, std::memory_order_relaxed); }
+    /// \returns the errno of the last failed binding (0: none failed or unknown).
+    int last_errno() const noexcept { return errno_.load(std::memory_order_relaxed); }
 
 private:
-    static hwloc_bitmap_ptr& saved_binding() {
-        static thread_local hwloc_bitmap_ptr saved;
-        return saved;
+    struct frame {
+        hwloc_bitmap_ptr saved;
+        bool rebound = false;
+    };
+    // Entries and exits nest (a thread may enter another arena from inside one): a stack per thread.
+    static std::vector<frame>& frames() {
+        static thread_local std::vector<frame> stack;
+        return stack;
     }
+    bool within(int& error) const noexcept {
+        hwloc_bitmap_ptr now(hwloc_bitmap_alloc());
+        if (!now) return false;
+        if (hwloc_get_cpubind(topo_, now.get(), HWLOC_CPUBIND_THREAD) != 0) {
+            error = errno;
+            return false; // not verifiable: counts as not pinned
+        }
+        return hwloc_bitmap_isincluded(now.get(), cpus_.get()) != 0;
+    }
+    void unpinned(int error) noexcept {
+        unpinned_.fetch_add(1, std::memory_order_relaxed);
+        if (error != 0) errno_.store(error, std::memory_order_relaxed);
+        if (reported_.exchange(true)) return;
+        try {
+            degradation_log::instance().record("parallel_for: a thread entered node " + std::to_string(node_) +
+                                               "'s arena outside that node's CPUs and could not be pinned (errno " +
+                                               std::to_string(error) + "); its blocks may run on other nodes");
+        } catch (...) { // no memory for the message: the count above still says it
+        }
+    }
+
+    int node_;
     hwloc_topology_t topo_;
     hwloc_bitmap_ptr cpus_;
-    std::atomic<std::size_t> failures_{0};
+    std::atomic<bool> pin_;
+    std::atomic<std::size_t> entries_{0}, unpinned_{0}, fallbacks_{0};
+    std::atomic<int> errno_{0};
+    std::atomic<bool> reported_{false};
 };
 
 } // namespace detail
@@ -182,13 +255,37 @@ public:
     node_arenas(const node_arenas&) = delete;
     node_arenas& operator=(const node_arenas&) = delete;
 
-    const arena_report& report() const noexcept { return report_; }
+    /// \returns the report of the arenas' creation, with pinning `none` from the moment a thread that
+    /// entered an arena later could not be pinned (e.g. a sandbox refusing sched_setaffinity after
+    /// start-up).
+    arena_report report() const {
+        arena_report r = report_;
+        if (const std::size_t lost = unpinned_entries()) {
+            int error = 0;
+            for (const auto& o : observers_) error = o->last_errno() ? o->last_errno() : error;
+            r.pinning = pinning::none;
+            r.reason += "; since then " + std::to_string(lost) +
+                        " thread entries ran outside their node's CPUs and could not be pinned (errno " +
+                        std::to_string(error) + ")";
+        }
+        return r;
+    }
+    /// \returns whether blocks are spread over per-node arenas (false on a one-node machine: blocks
+    /// run in the caller's arena).
+    bool spread() const noexcept { return !observers_.empty(); }
     /// \returns the arena that runs blocks of `node` (memory-only nodes: the nearest node with CPUs);
     /// nullptr on a single-node machine (blocks run in the caller's arena).
     tbb::task_arena* arena_for(int node) const {
-        if (report_.pinning == pinning::single_node) return nullptr;
+        if (!spread()) return nullptr;
         topology::get().check(node);
         return arenas_[static_cast<std::size_t>(runner_[static_cast<std::size_t>(node)])].get();
+    }
+    /// \returns how many times, since the arenas were created, a thread entered a node's arena
+    /// outside that node's CPUs and could not be pinned (0 on a one-node machine).
+    std::size_t unpinned_entries() const noexcept {
+        std::size_t n = 0;
+        for (const auto& o : observers_) n += o->unpinned_entries();
+        return n;
     }
 
 private:
@@ -218,23 +315,13 @@ private:
             bool listed = false;
             for (int id : report_.tbb_numa_nodes) listed = listed || id == k;
             agrees = agrees && listed &&
-                     tbb::info::default_concurrency(k) ==
+                     tbb::info::default_concurrency(tbb::numa_node_id{k}) ==
                          static_cast<int>(topo.at(k).cpus.size());
         }
-        const auto& caps = topo.capabilities();
-        if (agrees) {
-            report_.pinning = pinning::tbbbind;
-            report_.reason = "tbbbind loaded; its numa ids match numaplace's";
-        } else if (caps.cpu_binding) {
-            report_.pinning = pinning::hwloc;
-            report_.reason = report_.tbbbind_loaded ? "tbbbind's numa ids disagree with the topology"
-                                                    : "libtbbbind not loaded: oneTBB sees no NUMA nodes";
-        } else {
-            report_.pinning = pinning::none;
-            report_.reason = "tbbbind unavailable and cpu binding refused (errno " +
-                             std::to_string(caps.cpu_binding_errno) + ")";
-            detail::degradation_log::instance().record("parallel_for: " + report_.reason + "; blocks run unpinned");
-        }
+        report_.pinning = agrees ? pinning::tbbbind : pinning::hwloc;
+        report_.reason = agrees ? "tbbbind loaded; its numa ids match numaplace's"
+                         : report_.tbbbind_loaded ? "tbbbind's numa ids disagree with the topology"
+                                                  : "libtbbbind not loaded: oneTBB sees no NUMA nodes";
         std::size_t total = 0;
         arenas_.resize(topo.size());
 #if TBB_INTERFACE_VERSION >= 12180
@@ -248,6 +335,7 @@ private:
         }
 #endif
         for (int k : cpu_nodes) {
+            const auto slot = static_cast<std::size_t>(k);
             const int threads = static_cast<int>(topo.at(k).cpus.size());
             total += static_cast<std::size_t>(threads);
             // reserved_for_masters = 0: all of the node's cores are worker slots (with the default 1, a
@@ -255,23 +343,23 @@ private:
             if (report_.pinning == pinning::tbbbind) {
 #if TBB_INTERFACE_VERSION >= 12180
                 for (std::size_t i = 0; i < from_tbb.size() && i < report_.tbb_numa_nodes.size(); ++i)
-                    if (report_.tbb_numa_nodes[i] == k)
-                        arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(from_tbb[i]);
-                if (!arenas_[static_cast<std::size_t>(k)])
+                    if (report_.tbb_numa_nodes[i] == k) arenas_[slot] = std::make_unique<tbb::task_arena>(from_tbb[i]);
+                if (!arenas_[slot])
 #endif
                 {
-                    tbb::task_arena::constraints c; // no (id, concurrency) constructor in C++20 mode
-                    c.set_numa_id(k).set_max_concurrency(threads);
-                    arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(c, 0u);
+                    tbb::task_arena::constraints c;
+                    c.numa_id = k;
+                    c.max_concurrency = threads;
+                    arenas_[slot] = std::make_unique<tbb::task_arena>(c, 0u);
                 }
             } else {
-                arenas_[static_cast<std::size_t>(k)] = std::make_unique<tbb::task_arena>(threads, 0u);
+                arenas_[slot] = std::make_unique<tbb::task_arena>(threads, 0u);
             }
-            arenas_[static_cast<std::size_t>(k)]->initialize();
-            if (report_.pinning == pinning::hwloc)
-                observers_.push_back(std::make_unique<detail::hwloc_pinning_observer>(
-                    *arenas_[static_cast<std::size_t>(k)], topo.native(), topo.native_node(k)->cpuset));
+            arenas_[slot]->initialize();
+            observers_.push_back(std::make_unique<detail::node_observer>(
+                *arenas_[slot], k, topo.native(), topo.native_node(k)->cpuset, report_.pinning == pinning::hwloc));
         }
+        verify(cpu_nodes);
         // oneTBB's worker pool defaults to (CPUs - 1) workers; every arena slot is a worker slot here,
         // so allow one worker per CPU (plus the caller). A lower user limit still wins.
         limit_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, total + 1);
@@ -281,15 +369,49 @@ private:
         arenas_.clear();
     }
 
+    // Enters every arena once from this thread: its observer checks (and if needed re-pins) the thread.
+    // With tbbbind, a pin that did not hold moves the report to the hwloc observer's pinning (every
+    // observer then pins); if that does not hold either, to none, recorded as a degradation.
+    void verify(const node_set& cpu_nodes) {
+        auto probe = [&] {
+            for (std::size_t i = 0; i < observers_.size(); ++i) {
+                const auto before = observers_[i]->unpinned_entries();
+                arenas_[static_cast<std::size_t>(cpu_nodes[i])]->execute([] {});
+                if (observers_[i]->unpinned_entries() != before) return i;
+            }
+            return observers_.size();
+        };
+        const std::size_t failed = probe();
+        if (failed == observers_.size()) {
+            report_.verified = true;
+            for (std::size_t i = 0; i < observers_.size() && report_.pinning == pinning::tbbbind; ++i) {
+                if (observers_[i]->fallbacks() == 0) continue;
+                report_.pinning = pinning::hwloc;
+                report_.reason = "tbbbind loaded but a thread in node " + std::to_string(cpu_nodes[i]) +
+                                 "'s arena was not pinned by it; the hwloc observer pins every entering thread";
+                for (auto& o : observers_) o->pin_always();
+                detail::degradation_log::instance().record("parallel_for: " + report_.reason);
+            }
+            return;
+        }
+        const std::string what = std::string(name(report_.pinning)) + " did not take effect: a thread in node " +
+                                 std::to_string(cpu_nodes[failed]) + "'s arena ran outside its CPUs (errno " +
+                                 std::to_string(observers_[failed]->last_errno()) + ")";
+        report_.pinning = pinning::none;
+        report_.reason = what + "; the hwloc fallback failed too; blocks run unpinned";
+        detail::degradation_log::instance().record("parallel_for: " + report_.reason);
+    }
+
     arena_report report_;
     std::vector<int> runner_;
     std::vector<std::unique_ptr<tbb::task_arena>> arenas_;
-    std::vector<std::unique_ptr<detail::hwloc_pinning_observer>> observers_;
+    std::vector<std::unique_ptr<detail::node_observer>> observers_;
     std::unique_ptr<tbb::global_control> limit_;
 };
 
-/// \returns what oneTBB sees and how arenas are pinned (creates the arenas on first call).
-inline const arena_report& arena_capabilities() { return node_arenas::get().report(); }
+/// \returns what oneTBB sees and how arenas are pinned, as verified so far (creates the arenas on
+/// first call).
+inline arena_report arena_capabilities() { return node_arenas::get().report(); }
 
 namespace detail {
 
@@ -304,90 +426,140 @@ void call_body(Body& body, std::size_t b, std::size_t e, int node) {
     }
 }
 
-// Runs fn(block) for every non-empty block of `part`, block k inside the arena of its node, all blocks
-// concurrently; returns when all are done. The first exception cancels the other blocks and is rethrown.
+// Blocks in the current arena: one oneTBB task group, which cancels the others on the first exception
+// and rethrows it from wait(). If run() throws midway, the group's destructor cancels and waits for
+// what was started (in this arena, where the tasks are).
 template <class Fn>
-void run_blocks(const basic_partition& part, Fn&& fn) {
-    const auto& blocks = part.blocks();
-    node_arenas& arenas = node_arenas::get();
-    const bool nested = current_block_node() >= 0;
-    if (nested || arenas.report().pinning == pinning::single_node) {
-        // One node, or nested inside a block: stay in the current arena (on the current node) and let
-        // oneTBB balance over all blocks at once. A single block (always, on one node) runs directly:
-        // no task group, so a one-node machine pays nothing over plain oneTBB.
-        const block* only = nullptr;
-        std::size_t non_empty = 0;
-        for (const auto& b : blocks)
-            if (!b.empty()) {
-                only = &b;
-                ++non_empty;
-            }
-        if (non_empty == 0) return;
-        if (non_empty == 1) {
-            fn(*only);
-            return;
+void run_blocks_here(const std::vector<block>& blocks, Fn& fn) {
+    const block* only = nullptr;
+    std::size_t non_empty = 0;
+    for (const auto& b : blocks)
+        if (!b.empty()) {
+            only = &b;
+            ++non_empty;
         }
-        tbb::task_group group;
-        std::exception_ptr error;
-        std::atomic<bool> failed{false};
-        // Another thread of this arena may run a task: it must know it is inside the outer block.
-        const int outer = current_block_node();
-        NUMAPLACE_HANDOVER_RELEASE();
-        for (const auto& b : blocks) {
-            if (b.empty()) continue;
-            group.run([&fn, &b, &group, &error, &failed, outer] {
-                NUMAPLACE_HANDOVER_ACQUIRE();
-                scoped_block_node mark(outer);
-                try {
-                    fn(b);
-                } catch (...) {
-                    if (!failed.exchange(true)) error = std::current_exception();
-                    group.cancel();
-                }
-                NUMAPLACE_HANDOVER_RELEASE();
-            });
-        }
-        group.wait();
-        NUMAPLACE_HANDOVER_ACQUIRE();
-        if (error) std::rethrow_exception(error);
+    if (non_empty == 0) return;
+    if (non_empty == 1) { // no task group: a one-node machine pays nothing over plain oneTBB
+        fn(*only);
         return;
     }
-    const std::size_t count = blocks.size();
-    std::vector<std::unique_ptr<tbb::task_group>> groups(count);
-    std::vector<tbb::task_arena*> where(count, nullptr);
-    std::exception_ptr error;
-    std::atomic<bool> failed{false};
-    auto cancel_all = [&groups] {
-        for (auto& g : groups)
-            if (g) g->cancel();
-    };
-    for (std::size_t k = 0; k < count; ++k) {
-        if (blocks[k].empty()) continue;
-        groups[k] = std::make_unique<tbb::task_group>();
-        where[k] = arenas.arena_for(blocks[k].node);
-    }
+    // Another thread of this arena may run a task: it must know it is inside the outer block.
+    const int outer = current_block_node();
+    tbb::task_group group;
     NUMAPLACE_HANDOVER_RELEASE();
-    for (std::size_t k = 0; k < count; ++k) {
-        if (!groups[k]) continue;
-        tbb::task_group* g = groups[k].get();
-        const block* b = &blocks[k];
-        where[k]->execute([&, g, b] {
-            g->run([&, b] {
-                NUMAPLACE_HANDOVER_ACQUIRE();
-                try {
-                    fn(*b);
-                } catch (...) {
-                    if (!failed.exchange(true)) error = std::current_exception();
-                    cancel_all();
-                }
-                NUMAPLACE_HANDOVER_RELEASE();
+    for (const auto& b : blocks)
+        if (!b.empty())
+            group.run([&fn, &b, outer] {
+                handover_scope handover;
+                scoped_block_node mark(outer);
+                fn(b);
             });
-        });
+    try {
+        group.wait();
+    } catch (...) {
+        NUMAPLACE_HANDOVER_ACQUIRE(); // the exception object was written by the task that threw
+        throw;
     }
-    for (std::size_t k = 0; k < count; ++k)
-        if (groups[k]) where[k]->execute([&, k] { groups[k]->wait(); });
+    NUMAPLACE_HANDOVER_ACQUIRE();
+}
+
+// Puts f into `arena` as a task of `group`, without the caller joining the arena: oneTBB's
+// enqueue(task_group::defer(f)) (task_handle: oneTBB 2021.6, interface 12060); before that, the caller
+// enters the arena to spawn it.
+template <class F>
+void enqueue(tbb::task_arena& arena, tbb::task_group& group, F&& f) {
+#if TBB_INTERFACE_VERSION >= 12060
+    arena.enqueue(group.defer(std::forward<F>(f)));
+#else
+    arena.execute([&] { group.run(std::forward<F>(f)); });
+#endif
+}
+
+// Blocks spread over node arenas: block k is a task of its own task group, enqueued into its node's
+// arena (oneTBB's `task_arena::enqueue(task_group::defer(f))`), and waited for inside that arena
+// (`execute(group.wait())`, so the caller itself runs the block where no worker is free). A block that
+// throws cancels every group; the exception of the first block that threw is rethrown once all
+// groups are done. If dispatch throws midway (no memory for a task, an arena refusing), everything
+// already started is cancelled and waited for before the exception leaves.
+template <class Fn, class Arenas>
+void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas) {
+    struct node_group {
+        tbb::task_arena* arena = nullptr;
+        tbb::task_group group;
+    };
+    const std::size_t count = blocks.size();
+    const std::unique_ptr<node_group[]> groups(new node_group[count]);
+    std::size_t started = 0; // groups[0, started) have a task in their arena
+    constexpr std::size_t none = static_cast<std::size_t>(-1);
+    std::atomic<std::size_t> first_failed{none};
+    // Cancels every group but `keep` (a group cancelled before its task throws drops the exception).
+    auto cancel_all = [&groups, count](std::size_t keep = static_cast<std::size_t>(-1)) {
+        for (std::size_t k = 0; k < count; ++k)
+            if (k != keep) groups[k].group.cancel();
+    };
+    // Waits for groups[0, started); \returns the exception of the first block that threw, if any.
+    auto wait_all = [&]() noexcept {
+        std::exception_ptr first;
+        for (std::size_t k = 0; k < started; ++k) {
+            node_group& g = groups[k];
+            if (!g.arena) continue;
+            try {
+                g.arena->execute([&g] { g.group.wait(); });
+            } catch (...) {
+                if (!first || first_failed.load() == k) first = std::current_exception();
+                cancel_all();
+            }
+        }
+        return first;
+    };
+    NUMAPLACE_HANDOVER_RELEASE();
+    try {
+        for (; started < count; ++started) {
+            const std::size_t k = started;
+            if (blocks[k].empty()) continue;
+            groups[k].arena = arenas.arena_for(blocks[k].node);
+            enqueue(*groups[k].arena, groups[k].group, [&fn, &blocks, &cancel_all, &first_failed, k] {
+                handover_scope handover;
+                try {
+                    fn(blocks[k]);
+                } catch (...) {
+                    std::size_t expected = none;
+                    first_failed.compare_exchange_strong(expected, k);
+                    cancel_all(k);
+                    throw; // this group's context keeps it (it cancels itself); wait() rethrows it
+                }
+            });
+        }
+    } catch (...) {
+        cancel_all();
+        (void)wait_all(); // a group's destructor would wait outside its arena, where no one may run it
+        NUMAPLACE_HANDOVER_ACQUIRE();
+        throw;
+    }
+    std::exception_ptr error = wait_all();
     NUMAPLACE_HANDOVER_ACQUIRE();
     if (error) std::rethrow_exception(error);
+}
+
+// Runs fn(block) for every non-empty block, block k inside the arena of its node, all blocks
+// concurrently; returns when all are done. The first exception cancels the other blocks and is
+// rethrown. Nested inside a block, or on a one-node machine: all blocks in the current arena.
+// `Arenas` provides `spread()` and `arena_for(node)` (node_arenas; tests substitute their own).
+template <class Fn, class Arenas>
+void run_blocks(const std::vector<block>& blocks, Fn&& fn, Arenas& arenas) {
+    if (current_block_node() >= 0 || !arenas.spread()) run_blocks_here(blocks, fn);
+    else run_blocks_spread(blocks, fn, arenas);
+}
+
+template <class Fn>
+void run_blocks(const std::vector<block>& blocks, Fn&& fn) {
+    run_blocks(blocks, fn, node_arenas::get());
+}
+
+/// `run_blocks(p.blocks(), fn)` for anything with blocks (every partition type).
+template <class Part, class Fn, class = decltype(std::declval<const Part&>().blocks())>
+void run_blocks(const Part& part, Fn&& fn) {
+    run_blocks(part.blocks(), fn, node_arenas::get());
 }
 
 } // namespace detail

@@ -18,7 +18,10 @@
 
 namespace numaplace_test {
 
-inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers) {
+/// Installs the filter on the calling thread (and the threads it creates later); with `all_threads`,
+/// on every thread of the process at once (SECCOMP_FILTER_FLAG_TSYNC), as a sandbox applied after
+/// start-up would.
+inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_threads = false) {
     std::vector<sock_filter> prog;
     prog.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))));
     for (long nr : numbers) {
@@ -28,7 +31,14 @@ inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers) {
     prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
     sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+    if (all_threads) return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) == 0;
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
+}
+
+/// The system call behind every thread pinning (hwloc_set_cpubind, tbbbind, taskset).
+inline const std::vector<long>& cpu_binding_syscalls() {
+    static const std::vector<long> nrs{SYS_sched_setaffinity};
+    return nrs;
 }
 
 inline const std::vector<long>& memory_policy_syscalls() {

@@ -4,19 +4,31 @@
 #include <numaplace/where.hpp>
 
 #include <gtest/gtest.h>
+#include <seccomp.hpp>
 
+#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/parallel_invoke.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <iostream>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <numeric>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 using namespace numaplace;
 
@@ -229,8 +241,12 @@ TEST(arenas, report_says_how_blocks_are_pinned) {
     } else {
         EXPECT_TRUE(r.pinning == pinning::tbbbind || r.pinning == pinning::hwloc) << r.reason;
         // tbbbind path only when TBB sees exactly our CPU nodes
-        if (r.pinning == pinning::tbbbind) EXPECT_TRUE(r.tbbbind_loaded);
-        if (!r.tbbbind_loaded) EXPECT_EQ(r.pinning, pinning::hwloc);
+        if (r.pinning == pinning::tbbbind) {
+            EXPECT_TRUE(r.tbbbind_loaded);
+        }
+        if (!r.tbbbind_loaded) {
+            EXPECT_EQ(r.pinning, pinning::hwloc);
+        }
     }
     // Set by the guest harness: which path this layout must take.
     if (const char* expect = std::getenv("NUMAPLACE_EXPECT_PINNING")) {
@@ -238,7 +254,245 @@ TEST(arenas, report_says_how_blocks_are_pinned) {
                            : r.pinning == pinning::single_node ? "single_node" : "none";
         EXPECT_STREQ(actual, expect) << r.reason;
     }
-    if (const char* expect = std::getenv("NUMAPLACE_EXPECT_TBBBIND")) EXPECT_EQ(r.tbbbind_loaded, expect[0] == '1');
+    if (const char* expect = std::getenv("NUMAPLACE_EXPECT_TBBBIND")) {
+        EXPECT_EQ(r.tbbbind_loaded, expect[0] == '1');
+    }
+}
+
+namespace {
+// A stand-in for node_arenas: real arenas (tasks really run on other threads), block k in arena
+// k % count; the arena_for call number `throw_at` throws std::bad_alloc (a dispatch failing midway),
+// after waiting (at most 10 s) until `gate` says the blocks already dispatched are running.
+struct test_arenas {
+    std::vector<std::unique_ptr<tbb::task_arena>> arenas;
+    std::size_t calls = 0;
+    std::size_t throw_at;
+    std::function<bool()> gate;
+    explicit test_arenas(std::size_t count, int concurrency = 1, std::size_t throw_at_call = SIZE_MAX,
+                         std::function<bool()> wait_for = {})
+        : throw_at(throw_at_call), gate(std::move(wait_for)) {
+        for (std::size_t k = 0; k < count; ++k)
+            arenas.push_back(std::make_unique<tbb::task_arena>(concurrency, 0u));
+    }
+    bool spread() const noexcept { return true; }
+    tbb::task_arena* arena_for(int node) {
+        if (calls++ == throw_at) {
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            while (gate && !gate() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+            throw std::bad_alloc();
+        }
+        return arenas[static_cast<std::size_t>(node) % arenas.size()].get();
+    }
+};
+
+std::vector<block> blocks_of(std::size_t count, std::size_t per) {
+    std::vector<block> b;
+    for (std::size_t k = 0; k < count; ++k) b.push_back(block{static_cast<int>(k), k * per, (k + 1) * per});
+    return b;
+}
+} // namespace
+
+TEST(run_blocks, spread_over_arenas_runs_each_block_once_in_its_arena) {
+    tbb::global_control workers(tbb::global_control::max_allowed_parallelism, 5);
+    test_arenas arenas(4);
+    auto blocks = blocks_of(7, 1000);
+    blocks[3].end = blocks[3].begin; // an empty block is skipped
+    std::vector<std::atomic<int>> runs(blocks.size());
+    std::vector<std::atomic<int>> arena_slot(blocks.size());
+    detail::run_blocks(blocks, [&](const block& b) {
+        runs[static_cast<std::size_t>(b.node)]++;
+        arena_slot[static_cast<std::size_t>(b.node)] = tbb::this_task_arena::max_concurrency();
+    }, arenas);
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+        EXPECT_EQ(runs[k].load(), k == 3 ? 0 : 1) << "block " << k;
+        if (k != 3) {
+            EXPECT_EQ(arena_slot[k].load(), 1) << "block " << k << " did not run in a one-thread test arena";
+        }
+    }
+    EXPECT_EQ(arenas.calls, blocks.size() - 1);
+}
+
+TEST(run_blocks, makes_progress_without_any_worker_thread) {
+    // max_allowed_parallelism 1: oneTBB has no worker; the caller must run every block itself,
+    // joining each arena while it waits for that arena's group.
+    tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+    test_arenas arenas(3);
+    std::atomic<std::size_t> sum{0};
+    detail::run_blocks(blocks_of(6, 10), [&](const block& b) { sum += b.size(); }, arenas);
+    EXPECT_EQ(sum.load(), 60u);
+    expect_each_index_once(100'000); // and through the real arenas
+}
+
+TEST(run_blocks, dispatch_failing_midway_waits_for_every_started_block_before_unwinding) {
+    tbb::global_control workers(tbb::global_control::max_allowed_parallelism, 4);
+    std::atomic<int> started{0}, running{0}, finished{0};
+    // Call 2 throws once block 0 and block 1 are running: both must be finished when the exception
+    // reaches us, and blocks 2, 3 never start.
+    test_arenas arenas(4, 1, 2, [&] { return started.load() >= 2; });
+    bool threw = false;
+    try {
+        detail::run_blocks(blocks_of(4, 10), [&](const block&) {
+            started++;
+            running++;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+            running--;
+            finished++;
+        }, arenas);
+    } catch (const std::bad_alloc&) {
+        threw = true;
+        EXPECT_EQ(running.load(), 0) << "a block was still running while the exception unwound";
+    }
+    EXPECT_TRUE(threw);
+    EXPECT_EQ(arenas.calls, 3u);
+    EXPECT_EQ(started.load(), 2);
+    EXPECT_EQ(finished.load(), 2);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    EXPECT_EQ(started.load(), 2) << "a block started after run_blocks had returned";
+}
+
+TEST(run_blocks, the_first_exception_wins_and_the_other_blocks_are_cancelled) {
+    tbb::global_control workers(tbb::global_control::max_allowed_parallelism, 4);
+    std::size_t second_thrown = 0;
+    // Block 0 throws at once. Every other block throws too, but only when it starts after block 0's
+    // failure cancelled it (blocks that ran before return normally): those later exceptions must be
+    // dropped, block 0's reach the caller. Blocks need not run at the same time (no waiting on
+    // each other: a block may get a thread only after another finished).
+    for (int round = 0; round < 50; ++round) {
+        test_arenas arenas(4);
+        std::atomic<std::size_t> second{0};
+        try {
+            detail::run_blocks(blocks_of(8, 10), [&](const block& b) {
+                if (b.node == 0) throw std::out_of_range("first");
+                if (tbb::is_current_task_group_canceling()) {
+                    second++;
+                    throw std::logic_error("second");
+                }
+            }, arenas);
+            ADD_FAILURE() << "no exception";
+        } catch (const std::out_of_range& e) {
+            EXPECT_STREQ(e.what(), "first");
+        } catch (const std::exception& e) {
+            ADD_FAILURE() << "a later exception won: " << e.what();
+        }
+        second_thrown += second.load();
+    }
+    std::cout << second_thrown << " later exceptions (thrown after cancellation) dropped in 50 rounds\n";
+    // and through the real arenas and the current-arena path
+    const partition<double> part(3000);
+    const block last = part.blocks().back();
+    EXPECT_THROW(detail::run_blocks(part.blocks(), [&](const block& b) {
+                     if (b == last) throw std::out_of_range("x");
+                 }),
+                 std::out_of_range);
+}
+
+// --- Pinning refused by a seccomp filter (sched_setaffinity fails with EPERM) --------------------
+
+namespace {
+// Runs this test binary again, only `test` (a DISABLED_ one), with NUMAPLACE_SECCOMP_WHEN=`when`;
+// for "before" the filter is installed in the forked child before exec, so before anything in the
+// new process starts oneTBB. \returns the child's exit status.
+int run_self(const char* test, const char* when, bool deny_first) {
+    // Everything the child needs is built before fork (the parent has threads: after fork only
+    // async-signal-safe calls).
+    std::string filter = std::string("--gtest_filter=") + test;
+    std::string when_env = std::string("NUMAPLACE_SECCOMP_WHEN=") + when;
+    std::vector<std::string> env_strings{when_env};
+    for (char** e = environ; *e; ++e)
+        if (std::strncmp(*e, "NUMAPLACE_SECCOMP_WHEN=", 23) != 0) env_strings.emplace_back(*e);
+    std::vector<char*> envp;
+    for (auto& e : env_strings) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    char self[] = "/proc/self/exe";
+    char also[] = "--gtest_also_run_disabled_tests";
+    char* argv[] = {self, filter.data(), also, nullptr};
+    const pid_t pid = fork();
+    if (pid == 0) {
+        if (deny_first && !numaplace_test::deny_syscalls_with_eperm(numaplace_test::cpu_binding_syscalls())) _exit(90);
+        execve(self, argv, envp.data());
+        _exit(91);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+bool pinning_degradation_recorded() {
+    for (const auto& m : degradations())
+        if (m.rfind("parallel_for:", 0) == 0) return true;
+    return false;
+}
+} // namespace
+
+// The body of the two tests below, in a fresh process under the filter.
+TEST(arenas, DISABLED_child_with_sched_setaffinity_refused) {
+    const std::string when = std::getenv("NUMAPLACE_SECCOMP_WHEN") ? std::getenv("NUMAPLACE_SECCOMP_WHEN") : "";
+    ASSERT_TRUE(when == "before" || when == "after") << "run through arenas.pinning_refused_*";
+    const auto& topo = topology::get();
+    const std::size_t n = 1u << 20;
+    partition<double> part(n);
+    if (when == "after") {
+        expect_each_index_once(n); // arenas created and verified while pinning still works
+        ASSERT_TRUE(numaplace_test::deny_syscalls_with_eperm(numaplace_test::cpu_binding_syscalls(), true));
+    }
+    cpu_set_t set;
+    ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+    ASSERT_EQ(sched_setaffinity(0, sizeof set, &set), -1) << "the filter is not in place";
+    ASSERT_EQ(errno, EPERM);
+
+    // Every index once, and where each subrange ran.
+    std::vector<std::atomic<unsigned char>> seen(n);
+    std::atomic<std::size_t> subranges{0}, off_node{0};
+    for (int round = 0; round < 20; ++round) {
+        parallel_for(part, [&](subrange r) {
+            subranges++;
+            if (topo.current_node() != r.node()) off_node++;
+            if (round == 0)
+                for (std::size_t i = r.begin(); i < r.end(); ++i) seen[i]++;
+        }, 512);
+    }
+    std::size_t wrong = 0;
+    for (auto& c : seen) wrong += c.load() != 1;
+    EXPECT_EQ(wrong, 0u);
+
+    const auto& r = arena_capabilities();
+    const std::size_t unpinned = node_arenas::get().unpinned_entries();
+    std::cout << "pinning: " << name(r.pinning) << " (" << r.reason << "); " << off_node.load() << " of "
+              << subranges.load() << " subranges off their node; " << unpinned << " unpinned arena entries\n";
+    if (topo.with_cpus().size() <= 1) {
+        // Nothing to pin: the truthful report is "single node", with cpu binding refused in the caps.
+        EXPECT_EQ(r.pinning, pinning::single_node) << r.reason;
+        EXPECT_EQ(off_node.load(), 0u);
+        if (when == "before") {
+            EXPECT_FALSE(topo.capabilities().cpu_binding);
+        }
+        return;
+    }
+    if (when == "before") {
+        EXPECT_EQ(r.pinning, pinning::none) << r.reason;
+        EXPECT_FALSE(r.verified);
+        EXPECT_NE(r.reason.find("did not take effect"), std::string::npos) << r.reason;
+        EXPECT_TRUE(pinning_degradation_recorded());
+    } else {
+        EXPECT_TRUE(r.verified) << r.reason; // it was pinned when the arenas were created
+        if (unpinned > 0) {
+            EXPECT_EQ(r.pinning, pinning::none) << "pinning lost after start-up, report: " << r.reason;
+        }
+    }
+    // Either every subrange ran on its node's CPUs, or the loss of pinning is reported and recorded.
+    if (off_node.load() != 0) {
+        EXPECT_TRUE(r.pinning == pinning::none || unpinned > 0)
+            << off_node.load() << " subranges off their node, but the report says " << name(r.pinning);
+        EXPECT_TRUE(pinning_degradation_recorded());
+    }
+}
+
+TEST(arenas, pinning_refused_before_start_up_is_reported_not_assumed) {
+    EXPECT_EQ(run_self("arenas.DISABLED_child_with_sched_setaffinity_refused", "before", true), 0);
+}
+
+TEST(arenas, pinning_refused_after_start_up_is_reported_not_assumed) {
+    EXPECT_EQ(run_self("arenas.DISABLED_child_with_sched_setaffinity_refused", "after", false), 0);
 }
 
 // --- The typed partition carried from allocation to loop -------------------------------------------
