@@ -663,7 +663,7 @@ void first_touch(T* data, const partition<T>& part) {
     const std::size_t s = sizeof(T);
     if (e.size() == 0) return;
     detail::advise_huge_pages(data, e.size() * s, e.huge_pages());
-    parallel_for(e, [data, s](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * s); },
+    parallel_for(e, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }
 

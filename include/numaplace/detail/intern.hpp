@@ -9,6 +9,7 @@
 // equal content gives equal addresses (== on handles is == on content).
 
 #include <cstddef>
+#include <iterator> // before <mutex>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <mutex>
 #include <set>
 #include <utility>
