@@ -266,3 +266,15 @@ TEST(AttackReplicated, BoundariesAndValues) {
     EXPECT_THROW(np::replicated<int>(src.data(), 10, np::node_set{}), np::invalid_placement);
     EXPECT_THROW(m.copy_for(-1), np::unknown_node);
 }
+
+TEST(AttackBalancing, BadRanges) {
+    const std::size_t page = np::detail::page_size();
+    const np::node_set all = np::topology::get().all();
+    std::vector<char> buf(3 * page);
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(buf.data()) + page - 1) / page * page);
+    EXPECT_THROW(np::bind_with_balancing(aligned + 1, page, all), np::invalid_placement);
+    EXPECT_THROW(np::bind_with_balancing(aligned, max_size, all), np::invalid_placement);
+    EXPECT_THROW(np::bind_with_balancing(aligned, max_size - page, all, np::fallback::degrade), np::invalid_placement);
+    EXPECT_THROW(np::bind_with_balancing(aligned, page, np::node_set{}), np::invalid_placement);
+    EXPECT_TRUE(np::bind_with_balancing(aligned, 0, all));
+}
