@@ -4,6 +4,8 @@
 // A child that deadlocks is killed by its alarm and fails the test.
 
 #include <numaplace/allocator.hpp>
+#include <numaplace/parallel_for.hpp>
+#include <numaplace/where.hpp>
 #include <numaplace/partition.hpp>
 #include <numaplace/placement.hpp>
 #include <numaplace/topology.hpp>
@@ -89,5 +91,42 @@ TEST(AttackFork, ChildOfBusyProcessDoesNotDeadlockOnRegistries) {
     stop = true;
     for (auto& t : busy) t.join();
     EXPECT_EQ(forks, 40);
+    EXPECT_EQ(failures, 0);
+}
+
+TEST(AttackFork, ChildAfterOneTbbStartedUsesNonTbbCalls) {
+    // oneTBB is started (its workers exist) and a thread keeps using the small-object heap; a forked
+    // child must not use oneTBB, but allocators, where and partitions must work there.
+    np::parallel_for(np::partition<int>(100000), [](np::subrange) {});
+    ASSERT_EQ(child_work(2u << 20), 0);
+    alarm(0);
+    std::atomic<bool> stop{false};
+    std::thread small([&] {
+        np::node_allocator<int> a(np::topology::get().with_cpus()[0]);
+        while (!stop.load(std::memory_order_relaxed)) {
+            std::vector<int, np::node_allocator<int>> v(7, 1, a);
+            (void)v;
+        }
+    });
+    int failures = 0;
+    for (int i = 0; i < 20 && failures == 0; ++i) {
+        const pid_t pid = fork();
+        ASSERT_NE(pid, -1);
+        if (pid == 0) {
+            alarm(10);
+            std::vector<int, np::node_allocator<int>> v(7, 3, np::node_allocator<int>(np::topology::get().with_cpus()[0]));
+            const np::page_histogram h = np::where(v.data(), v.size() * sizeof(int));
+            _exit(v[6] == 3 && h.pages == 1 ? child_work(static_cast<std::size_t>(3000 + i)) : 9);
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            ++failures;
+            ADD_FAILURE() << "child " << i << (WIFSIGNALED(status) ? " killed by signal " : " exited ")
+                          << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        }
+    }
+    stop = true;
+    small.join();
     EXPECT_EQ(failures, 0);
 }
