@@ -3,7 +3,9 @@
 //  mmap + touch (the floor), std::allocator, libnuma's numa_alloc_onnode and hwloc_alloc_membind.
 //  Small: std::map<int,int> insert/erase and std::list push/pop with node_allocator (per-node pool)
 //  against std::allocator and against one mapping per node (page_resource, what pooling avoids).
-//  Threshold: allocate+free of sizes around one page, where node_allocator switches from pool to pages.
+//  Cycle: allocate, write first and last byte, free, per size 16 B..1 MiB: node_allocator against glibc
+//  malloc, jemalloc, mimalloc and oneTBB's scalable_malloc. Mixed: random sizes 16 B..1 MiB with
+//  cross-thread frees, with peak and final resident memory.
 #include <numaplace/numaplace.hpp>
 
 #include <benchmark/benchmark.h>
@@ -11,7 +13,16 @@
 #include <hwloc.h>
 #include <oneapi/tbb/parallel_for.h>
 
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <list>
+#include <random>
+#include <string>
+
+#include <dlfcn.h>
+#include <unistd.h>
 #include <map>
 #include <memory>
 #include <memory_resource>
@@ -123,25 +134,168 @@ void BM_Small_list_node_allocator(benchmark::State& state) {
     list_ops(state, std::list<int, numaplace::node_allocator<int>>(numaplace::node_allocator<int>(0)));
 }
 
-// Around the pool/pages threshold (one page): allocate + free of one block.
-void BM_Threshold_node_allocator(benchmark::State& state) {
-    numaplace::node_allocator<char> a(0);
-    const auto bytes = static_cast<std::size_t>(state.range(0));
-    for (auto _ : state) {
-        char* p = a.allocate(bytes);
-        benchmark::DoNotOptimize(p);
-        a.deallocate(p, bytes);
+// --- Allocate + free per size class, and a mixed workload, against four general-purpose allocators.
+// Peers are loaded with dlopen(RTLD_LOCAL) and called through their own entry points (jemalloc's
+// mallocx/dallocx, mimalloc's mi_malloc/mi_free, oneTBB's scalable_malloc/scalable_free), so none of
+// them replaces the process's malloc. A missing peer is reported as an error, not measured.
+struct peer {
+    void* (*alloc)(std::size_t) = nullptr;
+    void (*free)(void*) = nullptr;
+    const char* missing = nullptr;
+};
+peer load_peer(const char* lib, const char* alloc_sym, const char* free_sym) {
+    peer p;
+    void* h = ::dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        p.missing = lib;
+        return p;
     }
-    state.counters["pooled"] = bytes < numaplace::detail::page_size() ? 1 : 0;
+    p.alloc = reinterpret_cast<void* (*)(std::size_t)>(::dlsym(h, alloc_sym));
+    p.free = reinterpret_cast<void (*)(void*)>(::dlsym(h, free_sym));
+    if (!p.alloc || !p.free) p.missing = alloc_sym;
+    return p;
 }
-void BM_Threshold_std_allocator(benchmark::State& state) {
-    std::allocator<char> a;
+void* je_alloc(std::size_t n) {
+    static auto f = reinterpret_cast<void* (*)(std::size_t, int)>(::dlsym(::dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL), "mallocx"));
+    return f(n, 0);
+}
+void je_free(void* p) {
+    static auto f = reinterpret_cast<void (*)(void*, int)>(::dlsym(::dlopen("libjemalloc.so.2", RTLD_NOW | RTLD_LOCAL), "dallocx"));
+    f(p, 0);
+}
+const peer& jemalloc_peer() {
+    static const peer p = [] {
+        peer q = load_peer("libjemalloc.so.2", "mallocx", "dallocx");
+        if (!q.missing) q.alloc = je_alloc, q.free = je_free;
+        return q;
+    }();
+    return p;
+}
+const peer& mimalloc_peer() {
+    static const peer p = load_peer("libmimalloc.so.2", "mi_malloc", "mi_free");
+    return p;
+}
+const peer& tbbmalloc_peer() {
+    static const peer p = load_peer("libtbbmalloc.so.2", "scalable_malloc", "scalable_free");
+    return p;
+}
+
+struct glibc_malloc {
+    static bool ready(benchmark::State&) { return true; }
+    static void* get(std::size_t n) { return std::malloc(n); }
+    static void put(void* p, std::size_t) { std::free(p); }
+};
+template <const peer& (*Peer)()>
+struct peer_malloc {
+    static bool ready(benchmark::State& state) {
+        if (Peer().missing) state.SkipWithError((std::string("not installed: ") + Peer().missing).c_str());
+        return !Peer().missing;
+    }
+    static void* get(std::size_t n) { return Peer().alloc(n); }
+    static void put(void* p, std::size_t) { Peer().free(p); }
+};
+using jemalloc = peer_malloc<jemalloc_peer>;
+using mimalloc = peer_malloc<mimalloc_peer>;
+using tbbmalloc = peer_malloc<tbbmalloc_peer>;
+struct node_alloc {
+    static bool ready(benchmark::State&) { return true; }
+    static void* get(std::size_t n) { return numaplace::node_allocator<char>(0).allocate(n); }
+    static void put(void* p, std::size_t n) { numaplace::node_allocator<char>(0).deallocate(static_cast<char*>(p), n); }
+};
+
+// One cycle: allocate, write the first and the last byte (as a user does), free.
+template <class A>
+void BM_Cycle(benchmark::State& state) {
+    if (!A::ready(state)) return;
     const auto bytes = static_cast<std::size_t>(state.range(0));
     for (auto _ : state) {
-        char* p = a.allocate(bytes);
+        auto* p = static_cast<char*>(A::get(bytes));
+        p[0] = 1;
+        p[bytes - 1] = 1;
         benchmark::DoNotOptimize(p);
-        a.deallocate(p, bytes);
+        A::put(p, bytes);
     }
+    state.SetItemsProcessed(state.iterations());
+}
+
+std::size_t resident_bytes() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (f) {
+        if (std::fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+        std::fclose(f);
+    }
+    return resident * numaplace::detail::page_size();
+}
+std::size_t peak_resident_bytes() { // VmHWM
+    std::FILE* f = std::fopen("/proc/self/status", "r");
+    char line[256];
+    unsigned long kb = 0;
+    while (f && std::fgets(line, sizeof line, f))
+        if (std::sscanf(line, "VmHWM: %lu kB", &kb) == 1) break;
+    if (f) std::fclose(f);
+    return kb * 1024;
+}
+void reset_peak_resident() { // "5" to clear_refs resets VmHWM (Linux >= 4.0)
+    if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+        std::fputs("5", f);
+        std::fclose(f);
+    }
+}
+
+// Mixed: 1024 live blocks of random sizes, log-uniform 16 B..1 MiB; each operation frees a random
+// slot's block and puts a new one there. With 2 threads the slots are shared, so about half the frees
+// are of the other thread's blocks. Counters: peak and final resident MiB above the start.
+constexpr std::size_t mixed_slots = 1024;
+struct mixed_state {
+    std::atomic<char*> block[mixed_slots];
+    std::atomic<std::size_t> size[mixed_slots];
+    std::size_t start = 0;
+};
+mixed_state& mixed() {
+    static mixed_state* s = new mixed_state;
+    return *s;
+}
+std::size_t mixed_size(std::mt19937_64& rng) {
+    const double lg = std::uniform_real_distribution<double>(4.0, 20.0)(rng);
+    return static_cast<std::size_t>(std::exp2(lg));
+}
+template <class A>
+void BM_Mixed(benchmark::State& state) {
+    if (!A::ready(state)) return;
+    mixed_state& m = mixed();
+    std::mt19937_64 rng(static_cast<std::uint64_t>(state.thread_index()) * 7919 + 1);
+    if (state.thread_index() == 0) {
+        m.start = resident_bytes();
+        reset_peak_resident();
+        for (std::size_t i = 0; i < mixed_slots; ++i) {
+            const std::size_t n = mixed_size(rng);
+            auto* p = static_cast<char*>(A::get(n));
+            p[0] = p[n - 1] = 1;
+            m.size[i] = n;
+            m.block[i] = p;
+        }
+    }
+    for (auto _ : state) {
+        const std::size_t n = mixed_size(rng);
+        auto* p = static_cast<char*>(A::get(n));
+        p[0] = p[n - 1] = 1;
+        const std::size_t i = rng() % mixed_slots;
+        // the slot's block and size go together: take the block (nullptr marks it busy), then the size
+        char* old = m.block[i].exchange(nullptr);
+        while (!old) old = m.block[i].exchange(nullptr);
+        const std::size_t old_n = m.size[i].exchange(n);
+        m.block[i].store(p);
+        A::put(old, old_n);
+    }
+    if (state.thread_index() == 0) {
+        const std::size_t peak = peak_resident_bytes();
+        for (std::size_t i = 0; i < mixed_slots; ++i) A::put(m.block[i].load(), m.size[i].load());
+        const double mib = 1024.0 * 1024.0;
+        state.counters["peak_rss_mib"] = (static_cast<double>(peak) - static_cast<double>(m.start)) / mib;
+        state.counters["final_rss_mib"] = (static_cast<double>(resident_bytes()) - static_cast<double>(m.start)) / mib;
+    }
+    state.SetItemsProcessed(state.iterations());
 }
 } // namespace
 
@@ -159,6 +313,32 @@ BENCHMARK(BM_Small_map_node_allocator)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Small_map_mapping_per_node)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Small_list_std_allocator)->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Small_list_node_allocator)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_Threshold_node_allocator)->Arg(64)->Arg(1024)->Arg(4095)->Arg(4096)->Arg(65536);
-BENCHMARK(BM_Threshold_std_allocator)->Arg(64)->Arg(1024)->Arg(4095)->Arg(4096)->Arg(65536);
-BENCHMARK_MAIN();
+#define NUMAPLACE_CYCLE(A)                                                                                   \
+    BENCHMARK_TEMPLATE(BM_Cycle, A)->RangeMultiplier(4)->Range(16, 1 << 20)->Arg(48)->Arg(3000)->Arg(5000)->Arg(100000)
+NUMAPLACE_CYCLE(node_alloc);
+NUMAPLACE_CYCLE(glibc_malloc);
+NUMAPLACE_CYCLE(jemalloc);
+NUMAPLACE_CYCLE(mimalloc);
+NUMAPLACE_CYCLE(tbbmalloc);
+#define NUMAPLACE_MIXED(A) BENCHMARK_TEMPLATE(BM_Mixed, A)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.5)
+NUMAPLACE_MIXED(node_alloc);
+NUMAPLACE_MIXED(glibc_malloc);
+NUMAPLACE_MIXED(jemalloc);
+NUMAPLACE_MIXED(mimalloc);
+NUMAPLACE_MIXED(tbbmalloc);
+// jemalloc uses initial-exec TLS, which dlopen can only serve from glibc's static TLS surplus: the
+// benchmark re-executes itself once with a larger surplus (glibc.rtld.optional_static_tls).
+int main(int argc, char** argv) {
+    if (!std::getenv("NUMAPLACE_BENCH_STATIC_TLS")) {
+        ::setenv("NUMAPLACE_BENCH_STATIC_TLS", "1", 1);
+        std::string tunables = "glibc.rtld.optional_static_tls=1048576";
+        if (const char* old = std::getenv("GLIBC_TUNABLES")) tunables = std::string(old) + ":" + tunables;
+        ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
+        ::execv("/proc/self/exe", argv); // on failure: run without jemalloc
+    }
+    benchmark::Initialize(&argc, argv);
+    if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+    benchmark::RunSpecifiedBenchmarks();
+    benchmark::Shutdown();
+    return 0;
+}

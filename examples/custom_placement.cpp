@@ -28,15 +28,15 @@ public:
     /// Page-aligned starts are enough: the split falls on a page boundary.
     std::size_t alignment(std::size_t) const noexcept { return numaplace::detail::page_size(); }
     /// Sets the policy of the fresh, untouched range; touches nothing. false when degraded (recorded by
-    /// memory::bind); throws when strict and refused (the allocator then unmaps the range).
+    /// place_pages); throws when strict and refused (the allocator then unmaps the range).
     bool apply(void* p, std::size_t bytes) const {
         const std::size_t page = numaplace::detail::page_size();
         const std::size_t pages = (bytes + page - 1) / page, half = pages / 2;
         auto* base = static_cast<char*>(p);
         using numaplace::memory::policy_mode;
-        const bool a = numaplace::memory::bind(base, half * page, policy_mode::bind, numaplace::node_set{first_}, fallback_);
-        const bool b = numaplace::memory::bind(base + half * page, (pages - half) * page, policy_mode::bind,
-                                               numaplace::node_set{second_}, fallback_);
+        const bool a = numaplace::place_pages(base, half * page, policy_mode::bind, numaplace::node_set{first_}, fallback_);
+        const bool b = numaplace::place_pages(base + half * page, (pages - half) * page, policy_mode::bind,
+                                              numaplace::node_set{second_}, fallback_);
         return a && b;
     }
     friend bool operator==(const split_halves& x, const split_halves& y) noexcept {

@@ -6,11 +6,13 @@
 /// (and `allocator<T, Placement>` for any placement), plus `default_init_allocator` so vectors of
 /// trivial types are not zero-filled by one thread.
 ///
-/// Large vs small: an allocation of 4 KiB or more (one page on x86-64) is its own mapping, placed page
-/// by page. Smaller ones come from the small-object heap of the placement's home node (size classes,
-/// per-thread caches; `node_pool` is the same heap as a std::pmr resource): never one mmap per map
-/// node. `benchmarks/allocation.cpp` (BM_Threshold_*) shows both paths.
+/// Pooled vs own mapping (detail::placed_allocate): `node_allocator` serves blocks up to 1 MiB from the
+/// node's heap (size classes, per-thread caches, spans bound to the node and given back when empty;
+/// `node_pool` is the same heap as a std::pmr resource); other placements pool blocks below a page at
+/// their home node. Larger blocks are their own mapping, placed page by page and aligned to
+/// `alignof(T)`. `benchmarks/allocation.cpp` measures both paths.
 
+#include "detail/heap.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
@@ -123,17 +125,10 @@ public:
     /// overflows; placement_error (a std::bad_alloc) when a strict placement is refused or no memory.
     [[nodiscard]] T* allocate(size_type n) {
         if (n > max_size()) detail::throw_bad_length();
-        const std::size_t bytes = n * sizeof(T);
-        if (is_large(bytes)) return static_cast<T*>(memory::allocate(bytes, placement_));
-        check_small(bytes);
-        return static_cast<T*>(detail::small_allocate(placement_.home_node(), bytes, alignof(T)));
+        return static_cast<T*>(detail::placed_allocate(placement_, n * sizeof(T), alignof(T)));
     }
-    /// \effects releases what `allocate(n)` returned (of this or an equal allocator).
-    void deallocate(T* p, size_type n) noexcept {
-        const std::size_t bytes = n * sizeof(T);
-        if (is_large(bytes)) memory::unmap(p, bytes);
-        else detail::small_deallocate(placement_.home_node(), p, bytes, alignof(T));
-    }
+    /// \effects releases what `allocate(n)` returned (of this or an equal allocator). Never allocates.
+    void deallocate(T* p, size_type n) noexcept { detail::placed_deallocate(placement_, p, n * sizeof(T), alignof(T)); }
 
     allocator select_on_container_copy_construction() const { return *this; }
 
@@ -147,19 +142,6 @@ public:
     }
 
 private:
-    // 4 KiB or more (or an over-aligned type): own mapping. Below: the node's small-object heap.
-    static bool is_large(std::size_t bytes) noexcept {
-        return detail::small_request_size(bytes, alignof(T)) > detail::small_limit || bytes >= detail::small_limit;
-    }
-    // The pool's pages are bound degradingly; a strict placement must not silently get unbound memory.
-    void check_small(std::size_t bytes) const {
-        const auto& caps = topology::get().capabilities();
-        if (!caps.memory_binding && strict()) {
-            detail::throw_placement(-1, bytes, caps.memory_binding_errno, "memory binding refused by the kernel");
-        }
-    }
-    bool strict() const noexcept { return placement_.on_refusal() == fallback::strict; }
-
     Placement placement_;
 };
 

@@ -37,6 +37,9 @@
 #include "topology.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
 #include <cstddef>
 #include <numeric>
 #include <type_traits>
@@ -45,6 +48,47 @@
 #include <sys/mman.h>
 
 namespace numaplace {
+
+/// What a placement does when the kernel refuses it. Either way, a request larger than the memory the
+/// placement may use is refused with ENOMEM (see memory.hpp).
+enum class fallback {
+    strict, ///< throw `placement_error` (a `std::bad_alloc`), having released everything
+    degrade ///< leave the pages to the default policy (first touch) and record it: `degradations()`
+};
+
+namespace detail {
+/// \effects the policy over memory.hpp's mechanism: admits `bytes` on `nodes` (ENOMEM throws for
+/// every fallback), then sets `mode` on [p, p+bytes). A refusal throws when `fb` is strict, else is
+/// recorded. \returns true if placed, false if degraded.
+inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const node_set& nodes, fallback fb) {
+    const topology& topo = topology::get();
+    topo.check(nodes);
+    if (bytes == 0) return true;
+    const std::string what = memory::detail::describe(mode, nodes);
+    if (memory::admit(bytes, mode, nodes, p) != 0)
+        throw_placement(memory::detail::error_node(nodes), bytes, ENOMEM, what + ": more than the free memory of the nodes");
+    const int err = memory::bind(p, bytes, mode, nodes, topo);
+    if (err == 0) return true;
+    if (fb == fallback::strict)
+        throw_placement(memory::detail::error_node(nodes), bytes, err, "mbind " + what + " refused: " + std::strerror(err));
+    if (mode == memory::policy_mode::preferred_many && err == EINVAL) { // old kernel: prefer the first node
+        degradation_log::instance().record("preferred_many unsupported by the kernel (EINVAL): preferring node " +
+                                           std::to_string(nodes[0]));
+        return place(p, bytes, memory::policy_mode::preferred, node_set{nodes[0]}, fb);
+    }
+    degradation_log::instance().record("mbind " + what + " refused (" + std::strerror(err) + "): left to first touch");
+    return false;
+}
+} // namespace detail
+
+/// \effects what every placement's `apply` does for one policy (for user-written placements):
+/// admits `bytes` on `nodes` (refused with ENOMEM for every fallback, see memory.hpp), then sets
+/// `mode` on the untouched range [p, p+bytes). \returns true if placed; false if the kernel refused
+/// and `fb` is degrade (recorded in `degradations()`). \throws placement_error (strict refusal, or
+/// ENOMEM); unknown_node.
+inline bool place_pages(void* p, std::size_t bytes, memory::policy_mode mode, const node_set& nodes, fallback fb) {
+    return detail::place(p, bytes, mode, nodes, fb);
+}
 
 /// How `on_node` holds its node.
 enum class node_policy {
@@ -68,8 +112,8 @@ public:
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     /// \effects sets the policy of the untouched range. \returns false if degraded.
     bool apply(void* p, std::size_t bytes) const {
-        return memory::bind(p, bytes, policy_ == node_policy::bind ? memory::policy_mode::bind : memory::policy_mode::preferred,
-                            node_set{node_}, fallback_);
+        return detail::place(p, bytes, policy_ == node_policy::bind ? memory::policy_mode::bind : memory::policy_mode::preferred,
+                             node_set{node_}, fallback_);
     }
     friend bool operator==(const on_node& a, const on_node& b) noexcept {
         return a.node_ == b.node_ && a.policy_ == b.policy_ && a.fallback_ == b.fallback_;
@@ -113,7 +157,7 @@ public:
     int home_node() const noexcept { return state_->nodes[0]; }
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     bool apply(void* p, std::size_t bytes) const {
-        return memory::bind(p, bytes, memory::policy_mode::preferred_many, nodes(), fallback_);
+        return detail::place(p, bytes, memory::policy_mode::preferred_many, nodes(), fallback_);
     }
     friend bool operator==(const preferred_many& a, const preferred_many& b) noexcept {
         return a.state_ == b.state_ && a.fallback_ == b.fallback_;
@@ -170,9 +214,20 @@ public:
         if (weights().empty()) {
             // Huge pages would interleave 2 MiB at a time; keep page granularity.
             memory::forbid_huge_pages(p, bytes);
-            return memory::bind(p, bytes, memory::policy_mode::interleave, nodes(), fallback_);
+            return detail::place(p, bytes, memory::policy_mode::interleave, nodes(), fallback_);
         }
-        return memory::weighted_fill(p, bytes, nodes(), weights(), fallback_);
+        topology::get().check(nodes());
+        if (bytes == 0) return true;
+        if (memory::admit(bytes, memory::policy_mode::bind, nodes()) != 0) // eager fill, bound runs: must fit
+            detail::throw_placement(-1, bytes, ENOMEM, "weighted interleave: more than the free memory of the nodes");
+        int node = -1;
+        const int err = memory::weighted_fill(p, bytes, nodes(), weights(), node);
+        if (err == 0) return true;
+        if (fallback_ == fallback::strict)
+            detail::throw_placement(node, bytes, err, std::string("set_mempolicy bind refused: ") + std::strerror(err));
+        detail::degradation_log::instance().record(std::string("weighted interleave: set_mempolicy refused (") +
+                                                   std::strerror(err) + "): left to first touch");
+        return false;
     }
     friend bool operator==(const interleaved& a, const interleaved& b) noexcept {
         return a.state_ == b.state_ && a.fallback_ == b.fallback_;
@@ -234,7 +289,7 @@ public:
             const block b = part.block(k);
             if (b.empty()) continue;
             const std::size_t from = b.begin * s, to = k == last ? memory::page_round(bytes) : b.end * s;
-            all = memory::bind(base + from, to - from, memory::policy_mode::bind, node_set{b.node}, fallback_) && all;
+            all = detail::place(base + from, to - from, memory::policy_mode::bind, node_set{b.node}, fallback_) && all;
         }
         return all;
     }
@@ -257,11 +312,13 @@ static_assert(std::is_nothrow_copy_constructible<interleaved>::value &&
               "placement copies never throw");
 
 namespace memory {
-/// \effects maps `bytes` and applies `placement` to them; nothing is touched.
-/// \returns the start, aligned as the placement needs and to at least `alignment`. \throws what `map`
-/// and `apply` throw, having unmapped everything (loses nothing).
+/// \effects maps `bytes` (0 maps one page) and applies `placement` to them; nothing is touched.
+/// \returns the start, aligned as the placement needs and to at least `alignment` (a power of two).
+/// \throws placement_error: ENOMEM when the size overflows (nothing mapped) or the mapping fails,
+/// EINVAL for an alignment that is not a power of two; what `apply` throws, having unmapped everything.
 template <class Placement>
-void* allocate(std::size_t bytes, const Placement& placement, std::size_t alignment = 0) {
+void* allocate(std::size_t bytes, const Placement& placement, std::size_t alignment = 1) {
+    if (!page_round_fits(bytes)) numaplace::detail::throw_placement(-1, bytes, ENOMEM, "size overflow");
     void* p = map(bytes, std::max(alignment, placement.alignment(bytes)));
     try {
         placement.apply(p, bytes);

@@ -5,7 +5,7 @@
 /// `std::pmr` memory resources: whole pages with a placement, and a pooled small-object resource per
 /// node.
 
-#include "detail/small_pool.hpp"
+#include "detail/heap.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
 #include "topology.hpp"
@@ -16,10 +16,13 @@
 #include <mutex>
 #include <vector>
 
+#include <pthread.h>
+
 namespace numaplace {
 
-/// Hands out whole pages placed by `Placement`. Every allocation is its own mapping: use it for large
-/// blocks, or as the upstream of a pool (as `node_pool` does).
+/// Hands out whole pages placed by `Placement`. Every allocation is its own mapping (0 bytes: one
+/// page, as a memory resource must serve it), aligned to any power of two: use it for large blocks,
+/// or as the upstream of a pool. \throws placement_error (a std::bad_alloc) from `allocate`.
 template <class Placement>
 class page_resource : public std::pmr::memory_resource {
 public:
@@ -38,37 +41,68 @@ private:
     Placement placement_;
 };
 
-/// The small-object resource of one node: blocks below 4 KiB come from the node's heap (size classes,
-/// per-thread caches: detail/small_pool.hpp), larger ones are their own node-bound mapping. Binding is
-/// degrading: if the kernel refuses it, memory comes from anywhere and `degradations()` says so.
+/// The pooled resource of one node: blocks up to 1 MiB (at alignments up to their size) come from the
+/// node's heap (size classes, per-thread caches: detail/heap.hpp), larger ones are their own
+/// node-bound mapping. Binding is degrading: if the kernel refuses it, memory comes from anywhere and
+/// `degradations()` says so. Requests beyond the node's free memory throw `placement_error` (ENOMEM).
 class node_pool_resource : public std::pmr::memory_resource {
 public:
     explicit node_pool_resource(int node) : pages_(node, node_policy::bind, fallback::degrade) {}
     int node() const noexcept { return pages_.node(); }
 
 private:
-    static bool small(std::size_t bytes, std::size_t alignment) noexcept {
-        return detail::small_request_size(bytes, alignment) <= detail::small_limit;
-    }
     void* do_allocate(std::size_t bytes, std::size_t alignment) override {
-        if (small(bytes, alignment)) return detail::small_allocate(node(), bytes, alignment);
-        return memory::allocate(bytes, pages_, alignment);
+        return detail::placed_allocate(pages_, bytes, alignment);
     }
     void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
-        if (small(bytes, alignment)) detail::small_deallocate(node(), p, bytes, alignment);
-        else memory::unmap(p, bytes);
+        detail::placed_deallocate(pages_, p, bytes, alignment);
     }
     bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
         auto* o = dynamic_cast<const node_pool_resource*>(&other);
         return o && o->node() == node();
     }
-    on_node pages_; // blocks of 4 KiB or more: their own mapping, bound (degrading) to the node
+    on_node pages_; // bound (degrading) to the node
 };
+
+namespace detail {
+/// \returns the process's one `T(node)` for `node`, created for every node on first use and never
+/// destroyed (containers with static storage may release memory into it during static destruction).
+/// \throws unknown_node.
+template <class T>
+T& per_node(int node) {
+    static T** all = [] {
+        const std::size_t n = topology::get().size();
+        auto** v = new T*[n];
+        for (std::size_t i = 0; i < n; ++i) v[i] = new T(static_cast<int>(i));
+        return v;
+    }();
+    topology::get().check(node);
+    return *all[static_cast<std::size_t>(node)];
+}
+} // namespace detail
 
 /// \returns the pooled small-object resource of `node` (thread-safe, never destroyed). Use it for
 /// `std::pmr` containers: `std::pmr::map<int, int> m(&numaplace::node_pool(1));`
 /// \throws unknown_node.
 inline node_pool_resource& node_pool(int node) { return detail::per_node<node_pool_resource>(node); }
+
+namespace detail {
+// Completes the node pools before a fork (see heap_registry::prepare): a child must not wait on the
+// static-initialisation guard of a thread that does not exist in it.
+struct node_pool_fork_handler {
+    node_pool_fork_handler() noexcept {
+        ::pthread_atfork(
+            [] {
+                try {
+                    (void)node_pool(0);
+                } catch (...) {
+                }
+            },
+            nullptr, nullptr);
+    }
+};
+inline const node_pool_fork_handler node_pool_fork_handler_registered{};
+} // namespace detail
 
 } // namespace numaplace
 

@@ -1,0 +1,536 @@
+// The memory layer under attack: size overflow at every boundary, alignments 1 B..4 MiB, strictness
+// after a seccomp filter installed late, fork under load, memory given back (RSS), RLIMIT_AS
+// exhaustion, and requests larger than the free memory of a node. Children that may die or hang run in
+// forked processes whose exit status (never a timing) is asserted.
+#include <numaplace/allocator.hpp>
+#include <numaplace/pmr.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <seccomp.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <new>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace numaplace;
+
+namespace {
+constexpr std::size_t mib = std::size_t(1) << 20;
+const std::size_t page = detail::page_size();
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool sanitized = true;
+#else
+constexpr bool sanitized = false;
+#endif
+
+// Resident bytes of this process (/proc/self/statm, second field, in pages).
+std::size_t rss() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (!f || std::fscanf(f, "%lu %lu", &size, &resident) != 2) ADD_FAILURE() << "cannot read /proc/self/statm";
+    if (f) std::fclose(f);
+    return resident * page;
+}
+
+// The kernel's policy of the mapping that holds `p` (get_mempolicy(MPOL_F_ADDR)), or -1.
+int policy_at(const void* p) {
+    int mode = -1;
+    if (::syscall(SYS_get_mempolicy, &mode, nullptr, 0ul, const_cast<void*>(p), 2ul /* MPOL_F_ADDR */) != 0) return -1;
+    return mode;
+}
+
+// Runs `child` in a forked process; \returns its exit code, 128 + signal, or 255 when it did not end
+// within `seconds` (then killed): a hang counts as a failure.
+int run_child(const std::function<int()>& child, int seconds = 60) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+        int code = 99;
+        try {
+            code = child();
+        } catch (...) {
+            code = 98;
+        }
+        ::_exit(code);
+    }
+    if (pid < 0) return -1;
+    int status = 0;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    while (::waitpid(pid, &status, WNOHANG) == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+            return 255;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+template <class F>
+void expect_enomem(F f, const std::string& what) {
+    try {
+        f();
+        ADD_FAILURE() << what << ": no exception";
+    } catch (const placement_error& e) {
+        EXPECT_EQ(e.error_number(), ENOMEM) << what;
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << what << ": wrong exception " << typeid(e).name() << ": " << e.what();
+    }
+}
+
+const std::vector<std::size_t>& huge_sizes() {
+    static const std::vector<std::size_t> sizes{SIZE_MAX,        SIZE_MAX - 1,    SIZE_MAX - 8,   SIZE_MAX - 100,
+                                                SIZE_MAX - page + 1, SIZE_MAX - page, SIZE_MAX - 2 * page,
+                                                SIZE_MAX / 2 + 1, std::size_t(1) << 62};
+    return sizes;
+}
+const std::vector<std::size_t>& alignments() {
+    static const std::vector<std::size_t> a{1, 8, 16, 64, 4096, 8192, 65536, 2 * mib};
+    return a;
+}
+
+struct alignas(8192) aligned8k {
+    char c[8192];
+};
+struct alignas(65536) aligned64k {
+    char c[100];
+};
+
+template <class Alloc>
+void allocator_boundaries(Alloc a, const std::string& name) {
+    using T = typename Alloc::value_type;
+    // serviceable sizes: 0, 1, page-1, page, page+1 elements' bytes
+    for (std::size_t bytes : {std::size_t(0), std::size_t(1), page - 1, page, page + 1, 3 * mib}) {
+        const std::size_t n = (bytes + sizeof(T) - 1) / sizeof(T);
+        T* p = a.allocate(n);
+        ASSERT_NE(p, nullptr) << name << " n=" << n;
+        EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % alignof(T), 0u) << name << " n=" << n;
+        if (n) {
+            reinterpret_cast<char*>(p)[0] = 1;
+            reinterpret_cast<char*>(p + n)[-1] = 1;
+        }
+        a.deallocate(p, n);
+    }
+    // impossible sizes: bad_array_new_length above max_size, placement_error (ENOMEM) at and below it
+    if (sizeof(T) > 1) {
+        EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_array_new_length) << name;
+        EXPECT_THROW((void)a.allocate(std::numeric_limits<std::size_t>::max()), std::bad_array_new_length) << name;
+    }
+    for (std::size_t bytes : huge_sizes()) {
+        const std::size_t n = bytes / sizeof(T);
+        if (n == 0) continue;
+        expect_enomem([&] { (void)a.allocate(n); }, name + " n=" + std::to_string(n));
+    }
+    expect_enomem([&] { (void)a.allocate(a.max_size()); }, name + " max_size()");
+}
+} // namespace
+
+TEST(heap, allocators_refuse_impossible_sizes_with_exact_types) {
+    const auto& topo = topology::get();
+    allocator_boundaries(node_allocator<char>(0), "node_allocator<char>");
+    allocator_boundaries(node_allocator<double>(0, node_policy::prefer, fallback::degrade), "node_allocator<double> prefer");
+    allocator_boundaries(node_allocator<aligned8k>(0), "node_allocator<alignas(8192)>");
+    allocator_boundaries(node_allocator<aligned64k>(0), "node_allocator<alignas(65536)>");
+    allocator_boundaries(interleaved_allocator<char>(topo.all()), "interleaved_allocator<char>");
+    allocator_boundaries(interleaved_allocator<double>(topo.all(), std::vector<std::size_t>(topo.size(), 1)),
+                         "interleaved_allocator<double>");
+    allocator_boundaries(partitioned_allocator<char>(partition<char>(1000)), "partitioned_allocator<char>");
+    allocator_boundaries(partitioned_allocator<aligned8k>(partition<aligned8k>(1000)),
+                         "partitioned_allocator<alignas(8192)>");
+}
+
+TEST(heap, resources_refuse_impossible_sizes_and_serve_zero) {
+    page_resource<on_node> pages{on_node(0)};
+    page_resource<interleaved> spread{interleaved(topology::get().all())};
+    std::vector<std::pair<std::pmr::memory_resource*, std::string>> resources{
+        {&node_pool(0), "node_pool"}, {&pages, "page_resource<on_node>"}, {&spread, "page_resource<interleaved>"}};
+    for (auto& r : resources) {
+        for (std::size_t a : alignments()) {
+            for (std::size_t bytes : {std::size_t(0), std::size_t(1), page - 1, page, page + 1}) {
+                void* p = r.first->allocate(bytes, a);
+                ASSERT_NE(p, nullptr) << r.second << " " << bytes << "@" << a;
+                EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % a, 0u) << r.second << " " << bytes << "@" << a;
+                if (bytes) static_cast<char*>(p)[bytes - 1] = 1;
+                r.first->deallocate(p, bytes, a);
+            }
+            for (std::size_t bytes : huge_sizes())
+                expect_enomem([&] { (void)r.first->allocate(bytes, a); },
+                              r.second + " " + std::to_string(bytes) + "@" + std::to_string(a));
+        }
+        // zero bytes twice: two distinct blocks
+        void* z1 = r.first->allocate(0, 16);
+        void* z2 = r.first->allocate(0, 16);
+        EXPECT_NE(z1, z2) << r.second;
+        r.first->deallocate(z1, 0, 16);
+        r.first->deallocate(z2, 0, 16);
+    }
+}
+
+TEST(heap, every_power_of_two_alignment_to_4_mib_exactly) {
+    std::vector<std::pair<std::pmr::memory_resource*, std::string>> resources{{&node_pool(0), "node_pool"}};
+    page_resource<on_node> pages{on_node(0)};
+    resources.emplace_back(&pages, "page_resource");
+    for (auto& r : resources)
+        for (std::size_t a = 1; a <= 4 * mib; a *= 2)
+            for (std::size_t bytes : {std::size_t(1), std::size_t(24), std::size_t(100), page, 5000 + a / 3, std::size_t(70000)}) {
+                std::vector<void*> blocks;
+                for (int k = 0; k < 5; ++k) {
+                    void* p = r.first->allocate(bytes, a);
+                    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % a, 0u) << r.second << " " << bytes << "@" << a;
+                    static_cast<char*>(p)[0] = 1;
+                    static_cast<char*>(p)[bytes - 1] = 2;
+                    blocks.push_back(p);
+                }
+                for (void* p : blocks) r.first->deallocate(p, bytes, a);
+            }
+}
+
+TEST(heap, over_aligned_types_in_vectors_are_aligned) {
+    auto check = [](auto tag, const char* name) {
+        using T = decltype(tag);
+        for (std::size_t n : {std::size_t(1), std::size_t(2), std::size_t(3), std::size_t(16), std::size_t(33)}) {
+            std::vector<T, node_allocator<T>> v(n, T{}, node_allocator<T>(0));
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data()) % alignof(T), 0u) << name << " n=" << n;
+            std::vector<T, interleaved_allocator<T>> w(n, T{}, interleaved_allocator<T>(topology::get().all()));
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(w.data()) % alignof(T), 0u) << name << " interleaved n=" << n;
+        }
+        std::vector<T, node_allocator<T>> grow{node_allocator<T>(0)};
+        for (int i = 0; i < 40; ++i) {
+            grow.push_back(T{});
+            ASSERT_EQ(reinterpret_cast<std::uintptr_t>(grow.data()) % alignof(T), 0u) << name << " size " << grow.size();
+        }
+    };
+    check(aligned8k{}, "alignas(8192)");
+    check(aligned64k{}, "alignas(65536)");
+}
+
+TEST(heap, mid_sizes_are_pooled_bound_and_distinct) {
+    // blocks of 4 KiB..1 MiB come from bound spans of the node (policy MPOL_BIND on their mapping)
+    node_allocator<char> a(0);
+    for (std::size_t bytes : {page, page + 1, 5000 * std::size_t(1), 16 * std::size_t(1024), 100000 * std::size_t(1),
+                              512 * std::size_t(1024), mib}) {
+        std::vector<char*> blocks;
+        for (int k = 0; k < 20; ++k) {
+            char* p = a.allocate(bytes);
+            p[0] = static_cast<char>(k);
+            p[bytes - 1] = static_cast<char>(k);
+            EXPECT_EQ(policy_at(p), detail::mpol_bind) << bytes;
+            blocks.push_back(p);
+        }
+        for (std::size_t i = 0; i < blocks.size(); ++i) {
+            EXPECT_EQ(blocks[i][0], static_cast<char>(i));
+            EXPECT_EQ(blocks[i][bytes - 1], static_cast<char>(i));
+            for (std::size_t j = i + 1; j < blocks.size(); ++j)
+                EXPECT_TRUE(blocks[i] + bytes <= blocks[j] || blocks[j] + bytes <= blocks[i]) << bytes;
+        }
+        for (char* p : blocks) a.deallocate(p, bytes);
+    }
+    // prefer placements get MPOL_PREFERRED spans, never bound ones (a full node must not OOM-kill them)
+    node_allocator<char> prefer(0, node_policy::prefer);
+    for (std::size_t bytes : {std::size_t(64), std::size_t(65536)}) {
+        char* p = prefer.allocate(bytes);
+        EXPECT_EQ(policy_at(p), detail::mpol_preferred) << bytes;
+        prefer.deallocate(p, bytes);
+    }
+}
+
+TEST(heap, strict_stays_strict_after_a_late_seccomp_filter) {
+    if (!topology::get().capabilities().memory_binding) GTEST_SKIP() << "mbind refused on this host from the start";
+    // warm the heaps before the filter: spans bound, blocks cached
+    {
+        node_allocator<char> warm(0);
+        std::vector<char*> v;
+        for (int i = 0; i < 1000; ++i) v.push_back(warm.allocate(64));
+        for (char* p : v) warm.deallocate(p, 64);
+        char* mid = warm.allocate(65536);
+        warm.deallocate(mid, 65536);
+    }
+    for (std::size_t bytes : {std::size_t(64), std::size_t(1000), std::size_t(65536), 3 * mib}) {
+        const int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [bytes] {
+            node_allocator<char> strict(0);
+            std::vector<char*> got;
+            got.reserve(40000);
+            try {
+                for (int i = 0; i < 40000; ++i) {
+                    char* p = strict.allocate(bytes);
+                    p[0] = 1;
+                    if (policy_at(p) != detail::mpol_bind) return 2; // unbound memory handed out
+                    got.push_back(p);
+                }
+            } catch (const placement_error& e) {
+                return e.error_number() == EPERM ? 0 : 3;
+            }
+            return 1; // never refused
+        });
+        EXPECT_EQ(code, 0) << bytes << " bytes: 1 = never refused, 2 = unbound block, 3 = wrong errno";
+    }
+    // the degrading heap of the same node falls back and records it
+    const int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+        node_allocator<char> soft(0, node_policy::bind, fallback::degrade);
+        const std::size_t before = degradation_count();
+        for (int i = 0; i < 40000; ++i) soft.allocate(64)[0] = 1;
+        char* big = soft.allocate(3 * mib);
+        big[0] = 1;
+        return degradation_count() >= before + 2 ? 0 : 1;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(heap, fork_under_load_never_deadlocks_and_the_child_allocates) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> workers;
+    for (int t = 0; t < 2; ++t)
+        workers.emplace_back([&stop, t] {
+            std::mt19937 rng(static_cast<unsigned>(t));
+            node_allocator<char> a(0);
+            std::pmr::memory_resource& pool = node_pool(0);
+            std::vector<std::pair<char*, std::size_t>> live(256, {nullptr, 0});
+            while (!stop.load(std::memory_order_relaxed)) {
+                auto& slot = live[rng() % live.size()];
+                if (slot.first) {
+                    if (slot.second % 2) a.deallocate(slot.first, slot.second);
+                    else pool.deallocate(slot.first, slot.second, 16);
+                    slot.first = nullptr;
+                } else {
+                    slot.second = 16 + rng() % (rng() % 8 == 0 ? 200000 : 2000);
+                    slot.first = slot.second % 2 ? a.allocate(slot.second) : static_cast<char*>(pool.allocate(slot.second, 16));
+                    slot.first[0] = 1;
+                }
+            }
+            for (auto& s : live)
+                if (s.first) {
+                    if (s.second % 2) a.deallocate(s.first, s.second);
+                    else pool.deallocate(s.first, s.second, 16);
+                }
+        });
+    const int forks = sanitized ? 20 : 100;
+    int failures = 0;
+    for (int i = 0; i < forks; ++i) {
+        const int code = run_child(
+            [] {
+                node_allocator<char> a(0);
+                std::vector<char*> v;
+                for (int k = 0; k < 2000; ++k) v.push_back(a.allocate(16 + static_cast<std::size_t>(k % 50) * 100));
+                for (int k = 0; k < 2000; ++k) a.deallocate(v[static_cast<std::size_t>(k)], 16 + static_cast<std::size_t>(k % 50) * 100);
+                void* p = node_pool(0).allocate(100000, 64);
+                node_pool(0).deallocate(p, 100000, 64);
+                return 0;
+            },
+            30);
+        if (code != 0) ++failures;
+        EXPECT_EQ(code, 0) << "fork " << i << " (255: hung and killed)";
+    }
+    stop = true;
+    for (auto& w : workers) w.join();
+    EXPECT_EQ(failures, 0);
+}
+
+// Tolerance 8 MiB: a thread cache holds at most 2 MiB, each heap keeps at most 2 MiB of empty spans
+// hot, span headers of the spans still in use and the test's own pages add a little.
+TEST(heap, memory_goes_back_after_free_and_a_phase_change_does_not_double_it) {
+#if defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "ThreadSanitizer keeps the shadow of freed memory resident (the release build runs this)";
+#endif
+    const int code = run_child([] {
+        const std::size_t tolerance = 8 * mib, volume = (sanitized ? 64 : 256) * mib;
+        node_allocator<char> a(0);
+        auto fill = [&](std::size_t size) { // a linked list through the blocks: no side storage
+            void* head = nullptr;
+            for (std::size_t done = 0; done < volume; done += size) {
+                char* p = a.allocate(size);
+                std::memset(p, 1, size);
+                *reinterpret_cast<void**>(p) = head;
+                head = p;
+            }
+            return head;
+        };
+        auto drain = [&](void* head, std::size_t size) {
+            while (head) {
+                void* next = *static_cast<void**>(head);
+                a.deallocate(static_cast<char*>(head), size);
+                head = next;
+            }
+        };
+        const std::size_t start = rss();
+        void* small = fill(64);
+        if (rss() < start + volume / 4 * 3) { // the blocks were really resident (a little may be reused)
+            std::fprintf(stderr, "filled: %zu MiB above start\n", (rss() - start) / mib);
+            return 10;
+        }
+        drain(small, 64);
+        const std::size_t after_free = rss();
+        if (after_free > start + tolerance) {
+            std::fprintf(stderr, "after free: %zu MiB above start\n", (after_free - start) / mib);
+            return 1;
+        }
+        small = fill(64);
+        drain(small, 64);
+        void* mid = fill(1024); // the phase change: 64-byte spans must not be kept for 1 KiB blocks
+        const std::size_t peak = rss();
+        if (peak > start + volume + volume / 8 + tolerance) {
+            std::fprintf(stderr, "phase change: %zu MiB above start for %zu MiB\n", (peak - start) / mib, volume / mib);
+            return 2;
+        }
+        drain(mid, 1024);
+        void* big = fill(300000);
+        drain(big, 300000);
+        if (rss() > start + tolerance) {
+            std::fprintf(stderr, "after all: %zu MiB above start\n", (rss() - start) / mib);
+            return 3;
+        }
+        return 0;
+    }, 300);
+    EXPECT_EQ(code, 0) << "1: RSS not returned after free, 2: phase change kept the old spans, 3: not returned at the end";
+}
+
+TEST(heap, exhausted_address_space_throws_and_freeing_still_works) {
+    if (sanitized) GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
+    const int code = run_child([] {
+        std::vector<void*> blocks;
+        blocks.reserve(2000000);
+        std::pmr::memory_resource& pool = node_pool(0);
+        node_allocator<char> a(0);
+        pool.deallocate(pool.allocate(64, 16), 64, 16); // thread cache and heaps made before the limit
+        std::FILE* f = std::fopen("/proc/self/statm", "r");
+        unsigned long vm_pages = 0;
+        if (!f || std::fscanf(f, "%lu", &vm_pages) != 1) return 5;
+        std::fclose(f);
+        const rlimit lim{vm_pages * page + 40 * mib, vm_pages * page + 40 * mib};
+        if (::setrlimit(RLIMIT_AS, &lim) != 0) return 6;
+        bool refused = false;
+        try {
+            while (blocks.size() < blocks.capacity()) blocks.push_back(pool.allocate(64, 16));
+        } catch (const std::bad_alloc&) {
+            refused = true;
+        }
+        if (!refused) return 2;
+        if (blocks.size() < 300000) return 3;
+        try { // the other paths refuse cleanly too
+            (void)a.allocate(64 * mib);
+            return 4;
+        } catch (const std::bad_alloc&) {
+        }
+        for (void* p : blocks) pool.deallocate(p, 64, 16); // must not allocate, must not terminate
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "2: never refused, 3: fewer than 300000 blocks, 4: 64 MiB served; signal 6: terminate";
+}
+
+TEST(heap, requests_beyond_free_memory_are_refused_for_every_policy) {
+    const auto& topo = topology::get();
+    const std::size_t tib = std::size_t(1) << 40;
+    expect_enomem([&] { (void)node_allocator<char>(0).allocate(tib); }, "bind strict");
+    expect_enomem([&] { (void)node_allocator<char>(0, node_policy::bind, fallback::degrade).allocate(tib); }, "bind degrade");
+    expect_enomem([&] { (void)node_allocator<char>(0, node_policy::prefer).allocate(tib); }, "prefer strict");
+    expect_enomem([&] { (void)node_allocator<char>(0, node_policy::prefer, fallback::degrade).allocate(tib); }, "prefer degrade");
+    expect_enomem([&] { (void)interleaved_allocator<char>(interleaved(topo.all(), {}, fallback::degrade)).allocate(tib); }, "interleave");
+    expect_enomem([&] { (void)node_pool(0).allocate(tib, 64); }, "node_pool");
+    page_resource<on_node> pages{on_node(0, node_policy::prefer, fallback::degrade)};
+    expect_enomem([&] { (void)pages.allocate(tib, 64); }, "page_resource prefer");
+}
+
+TEST(heap, two_strict_requests_of_six_tenths_of_a_node_only_fit_one_at_a_time) {
+    for (const auto& node : topology::get().nodes()) {
+        if (node.memory == 0) continue;
+        const std::size_t bytes = static_cast<std::size_t>(node.memory) / 10 * 6;
+        node_allocator<char> a(node.id);
+        char* first = nullptr;
+        try {
+            first = a.allocate(bytes);
+        } catch (const placement_error& e) {
+            // a node more than 40 % used cannot take even the first: refused the same way
+            EXPECT_EQ(e.error_number(), ENOMEM);
+            continue;
+        }
+        try {
+            char* second = a.allocate(bytes);
+            a.deallocate(second, bytes);
+            ADD_FAILURE() << "node " << node.id << ": both 0.6x requests admitted";
+        } catch (const placement_error& e) {
+            EXPECT_EQ(e.error_number(), ENOMEM);
+            EXPECT_EQ(e.node(), node.id);
+        }
+        a.deallocate(first, bytes);
+        char* again = nullptr;
+        EXPECT_NO_THROW(again = a.allocate(bytes)) << "the first reservation was not released";
+        if (again) a.deallocate(again, bytes);
+    }
+}
+
+// The memory-only node of the `memonly` guest (512 MiB) filled to the brim with strict allocations of
+// several sizes: each fill ends in placement_error (ENOMEM) and the process is never killed.
+TEST(heap, near_full_fills_of_the_memory_only_node_throw_never_kill) {
+    const char* layout = std::getenv("NUMAPLACE_GUEST_LAYOUT");
+    if (!layout || std::string(layout) != "memonly") GTEST_SKIP() << "runs in the memonly guest (its node 2)";
+    const auto& topo = topology::get();
+    ASSERT_EQ(topo.size(), 3u);
+    for (std::size_t bytes : {8 * mib, 65536 * std::size_t(1), std::size_t(4096), std::size_t(256)}) {
+        const int code = run_child([bytes] {
+            node_allocator<char> a(2);
+            std::size_t total = 0;
+            try {
+                for (;;) {
+                    char* p = a.allocate(bytes);
+                    memory::touch(p, bytes);
+                    total += bytes;
+                }
+            } catch (const placement_error& e) {
+                if (e.error_number() != ENOMEM) return 2;
+            }
+            std::fprintf(stderr, "filled %zu MiB of node 2 with %zu-byte blocks\n", total / mib, bytes);
+            return total >= 300 * mib ? 0 : 3; // most of the node was usable
+        }, 240);
+        EXPECT_EQ(code, 0) << bytes << " bytes: 2 = wrong errno, 3 = refused too early, 137 = OOM-killed";
+    }
+}
+
+TEST(heap, cross_thread_frees_return_every_block) {
+    constexpr int threads = 4, per_thread = 20000;
+    std::vector<std::vector<std::pair<char*, std::size_t>>> made(threads);
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&made, t] {
+            node_allocator<char> a(0);
+            std::mt19937 rng(static_cast<unsigned>(t) + 7);
+            for (int i = 0; i < per_thread; ++i) {
+                const std::size_t size = 1 + rng() % (i % 100 == 0 ? 300000 : 3000);
+                char* p = a.allocate(size);
+                std::memset(p, t + 1, size < 64 ? size : 64);
+                made[static_cast<std::size_t>(t)].emplace_back(p, size);
+            }
+        });
+    for (auto& th : pool) th.join();
+    pool.clear();
+    for (int t = 0; t < threads; ++t) // thread t frees what thread t+1 made
+        pool.emplace_back([&made, t] {
+            node_allocator<char> a(0);
+            for (auto& b : made[static_cast<std::size_t>((t + 1) % threads)]) {
+                const std::size_t n = b.second < 64 ? b.second : 64;
+                for (std::size_t i = 0; i < n; ++i)
+                    if (b.first[i] != static_cast<char>((t + 1) % threads + 1)) {
+                        ADD_FAILURE() << "block overwritten";
+                        break;
+                    }
+                a.deallocate(b.first, b.second);
+            }
+        });
+    for (auto& th : pool) th.join();
+}
