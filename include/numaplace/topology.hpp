@@ -8,7 +8,6 @@
 /// use (cgroup/cpuset), which is exactly what oneTBB's `numa_node_id` means (tbbbind loads the topology
 /// the same way). The kernel and `numactl` call a node by its OS index, also reported.
 
-#include "detail/fork_guard.hpp"
 #include "detail/hwloc.hpp"
 #include "detail/linux.hpp"
 #include "error.hpp"
@@ -96,8 +95,7 @@ struct degradation_log {
             messages.push_back(message);
     }
     static degradation_log& instance() {
-        // never destroyed: usable during static destruction; fork-safe (see fork_guard.hpp)
-        static degradation_log* log = (fork_guard<degradation_log>::install(), new degradation_log);
+        static degradation_log* log = new degradation_log; // never destroyed: usable during static destruction
         return *log;
     }
 };

@@ -31,8 +31,8 @@ public:
     };
 
     static placed_buffers& instance() {
-        // never destroyed: usable during static destruction; fork-safe (see fork_guard.hpp)
-        static placed_buffers* record = (fork_guard<placed_buffers>::install(), new placed_buffers);
+        // never destroyed: usable during static destruction; fork-safe (handlers below)
+        static placed_buffers* record = new placed_buffers;
         return *record;
     }
 
@@ -96,6 +96,14 @@ private:
     std::map<std::uintptr_t, entry> map_;
     std::atomic<std::size_t> size_{0};
 };
+
+// Fork handlers registered at static initialisation, before the small-object heap's (detail/heap.hpp
+// includes this header first): prepare handlers run in reverse order, so the heap's fork gates close
+// first (a thread inside a heap gate may unmap, which takes this record's lock), then this lock.
+struct placed_buffers_fork_handlers {
+    placed_buffers_fork_handlers() noexcept { fork_guard<placed_buffers>::install(); }
+};
+inline const placed_buffers_fork_handlers placed_buffers_fork_handlers_registered{};
 
 /// \returns the split `for_bytes(bytes)` of the layout the buffer at `data` follows: a re-placement's if
 /// `replace` changed it (and the buffer still has `bytes`), otherwise `allocated` (the allocator's split).
