@@ -122,7 +122,10 @@ enum class policy_mode : int {
     bind = numaplace::detail::mpol_bind,
     preferred = numaplace::detail::mpol_preferred,
     preferred_many = numaplace::detail::mpol_preferred_many,
-    interleave = numaplace::detail::mpol_interleave
+    interleave = numaplace::detail::mpol_interleave,
+    /// MPOL_BIND | MPOL_F_NUMA_BALANCING (Linux >= 5.12, `capabilities().numa_balancing_bind`): bound to
+    /// the nodes, and automatic NUMA balancing may still migrate pages among them towards their readers.
+    bind_balancing = numaplace::detail::mpol_bind | numaplace::detail::mpol_f_numa_balancing
 };
 
 inline const char* name(policy_mode m) noexcept {
@@ -131,6 +134,7 @@ inline const char* name(policy_mode m) noexcept {
     case policy_mode::preferred: return "preferred";
     case policy_mode::preferred_many: return "preferred_many";
     case policy_mode::interleave: return "interleave";
+    case policy_mode::bind_balancing: return "bind (with NUMA balancing)";
     }
     return "?";
 }
@@ -329,8 +333,9 @@ inline void forget_reservations(void* p, std::size_t length) noexcept { capacity
 /// counted against the node until that range is unmapped.
 /// \returns 0, or ENOMEM when they do not fit.
 inline int admit(std::size_t bytes, policy_mode mode, const node_set& nodes, void* reservation = nullptr) {
-    const bool bound = mode == policy_mode::bind || mode == policy_mode::interleave;
-    return detail::capacity::instance().admit(bytes, bound, nodes, mode == policy_mode::bind ? reservation : nullptr);
+    const bool single_bind = mode == policy_mode::bind || mode == policy_mode::bind_balancing;
+    const bool bound = single_bind || mode == policy_mode::interleave;
+    return detail::capacity::instance().admit(bytes, bound, nodes, single_bind ? reservation : nullptr);
 }
 
 /// \effects sets the memory policy of the untouched page range [p, p+bytes) (p page-aligned) so its

@@ -76,6 +76,12 @@ inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const no
                                            std::to_string(nodes[0]));
         return place(p, bytes, memory::policy_mode::preferred, node_set{nodes[0]}, fb);
     }
+    if (mode == memory::policy_mode::bind_balancing && err == EINVAL) { // kernel < 5.12: plain bind
+        degradation_log::instance().record("MPOL_F_NUMA_BALANCING unsupported by the kernel (EINVAL): " +
+                                           memory::detail::describe(memory::policy_mode::bind, nodes) +
+                                           " without NUMA balancing");
+        return place(p, bytes, memory::policy_mode::bind, nodes, fb);
+    }
     degradation_log::instance().record("mbind " + what + " refused (" + std::strerror(err) + "): left to first touch");
     return false;
 }

@@ -1,6 +1,9 @@
 // balancing.hpp: /proc/vmstat counters of NUMA balancing, bind_with_balancing, and the
 // MPOL_F_NUMA_BALANCING capability. Where balancing actually migrates pages: tests/guests/balancing/.
 #include <numaplace/balancing.hpp>
+#include <numaplace/memory.hpp>
+#include <numaplace/placement.hpp>
+#include <numaplace/where.hpp>
 
 #include "seccomp.hpp"
 
@@ -8,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <sstream>
 
 #include <sys/mman.h>
@@ -125,4 +129,41 @@ TEST(balancing, capability_is_false_when_started_under_seccomp) {
     std::ostringstream report;
     print_report(report);
     EXPECT_NE(report.str().find("MPOL_F_NUMA_BALANCING:       NO"), std::string::npos);
+}
+
+// The placement form: any placement (a user-written one through place_pages) can bind with
+// MPOL_F_NUMA_BALANCING. Bound to the last node only: every page must land there (exact count in the
+// guests); where the kernel lacks the flag, strict throws EINVAL and degrading binds plainly, recorded.
+TEST(balancing, place_pages_bind_balancing_places_on_the_nodes_and_sets_the_flag) {
+    const auto& topo = topology::get();
+    if (!topo.capabilities().memory_binding) GTEST_SKIP() << "mbind refused here: the seccomp tests cover it";
+    const std::size_t page = detail::page_size(), pages = 8;
+    const int last = static_cast<int>(topo.size()) - 1;
+    const bool has = topo.capabilities().numa_balancing_bind;
+    void* p = memory::map(pages * page);
+    const std::size_t before = degradation_count();
+    EXPECT_TRUE(place_pages(p, pages * page, memory::policy_mode::bind_balancing, node_set{last}, fallback::degrade));
+    int mode = -1;
+    unsigned long mask[16] = {};
+    ASSERT_EQ(::syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, p, 2 /*MPOL_F_ADDR*/), 0);
+    EXPECT_EQ(mode, has ? (detail::mpol_bind | detail::mpol_f_numa_balancing) : detail::mpol_bind);
+    EXPECT_EQ(degradation_count(), before + (has ? 0u : 1u));
+    std::memset(p, 1, pages * page);
+    const page_histogram h = where(p, pages * page);
+    EXPECT_EQ(h.on(last), pages) << "every page on node " << last;
+    memory::unmap(p, pages * page);
+
+    void* q = memory::map(page);
+    if (has) {
+        EXPECT_TRUE(place_pages(q, page, memory::policy_mode::bind_balancing, topo.all(), fallback::strict));
+    } else {
+        try {
+            place_pages(q, page, memory::policy_mode::bind_balancing, topo.all(), fallback::strict);
+            ADD_FAILURE() << "strict bind_balancing without kernel support must throw";
+        } catch (const placement_error& e) {
+            EXPECT_EQ(e.error_number(), EINVAL);
+        }
+    }
+    memory::unmap(q, page);
+    EXPECT_STREQ(memory::name(memory::policy_mode::bind_balancing), "bind (with NUMA balancing)");
 }
