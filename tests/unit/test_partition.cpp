@@ -353,8 +353,11 @@ TEST(partition, default_partition_is_empty_and_every_observer_works) {
     EXPECT_EQ(p.huge_pages(), huge_page_advice::none);
     EXPECT_GT(p.alignment(), 0u);
     EXPECT_EQ(p, partition<double>());
-    EXPECT_EQ(p.resized(10).size(), 10u);
-    EXPECT_TRUE(p.resized(10).blocks().empty());
+    // An empty partition has no node to put units on: resizing it to units would give a partition
+    // whose loop visits nothing, so it is refused; resizing to 0 stays empty.
+    EXPECT_THROW((void)p.resized(10), numaplace::invalid_placement);
+    EXPECT_EQ(p.resized(0).size(), 0u);
+    EXPECT_TRUE(p.resized(0).blocks().empty());
     EXPECT_EQ(p.elements(), p);
 }
 
