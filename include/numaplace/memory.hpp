@@ -67,7 +67,8 @@ inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcep
     if (raw == MAP_FAILED) return errno == 0 || errno == EINVAL ? ENOMEM : errno;
     if (over != length) { // trim so that exactly [aligned, aligned + length) stays mapped
         const auto start = reinterpret_cast<std::uintptr_t>(raw);
-        const auto aligned = (start + alignment - 1) & ~(std::uintptr_t(alignment) - 1);
+        const std::uintptr_t mask = alignment - 1; // alignment: a power of two
+        const auto aligned = (start + mask) & ~mask;
         if (aligned > start) ::munmap(raw, aligned - start);
         const std::uintptr_t tail = aligned + length, end = start + over;
         if (end > tail) ::munmap(reinterpret_cast<void*>(tail), end - tail);
@@ -242,7 +243,8 @@ private:
     static std::int64_t now_ms() noexcept {
         timespec ts{};
         ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+        const std::int64_t seconds = ts.tv_sec, nanoseconds = ts.tv_nsec; // time_t and long: no cast needed here
+        return seconds * 1000 + nanoseconds / 1000000;
     }
 
     // /proc/zoneinfo: "Node 0, zone   Normal" followed by "        high     1234" (pages).

@@ -28,6 +28,11 @@ private:
     static void child() noexcept {
         using mutex_type = decltype(Owner::instance().mutex);
         auto& m = Owner::instance().mutex;
+        // Unlock first (glibc's unlock does not check the owner's thread id): the lock is then released in
+        // every observer's view (ThreadSanitizer's too, which would otherwise see the child holding it
+        // forever and report a false lock-order inversion), and the mutex is made anew besides, as the
+        // heap does with its fork gates.
+        m.unlock();
         m.~mutex_type();
         ::new (static_cast<void*>(&m)) mutex_type();
     }
