@@ -8,8 +8,11 @@
 // - A class's blocks live in spans: mappings of a power-of-two size aligned to that size (64 KiB for
 //   blocks up to 4 KiB, else the power of two >= 8 blocks), so `block & ~(span_bytes - 1)` is the
 //   span's header. Freed blocks go on an intrusive list in their span; a span whose last block comes
-//   back is kept for reuse (2 MiB resident, more with its pages released by MADV_DONTNEED while they
-//   are at most a quarter of the spans in use) and unmapped beyond: all freed, a heap keeps 2 MiB.
+//   back first stays listed as a spare of its class (blocks where they were, pages resident) while the
+//   heap's spares are at most half the bytes of its other spans (4 MiB floor); beyond that it is kept
+//   for reuse by any class (2 MiB resident, more with its pages released by MADV_DONTNEED while they
+//   are at most a quarter of the spans in use) and unmapped beyond. Spares above the limit go back on
+//   their class's next free: all freed, a heap keeps at most 4 MiB of spares and 2 MiB cached.
 // - Heaps per node and source: bind-strict, bind-degrading, prefer-strict, prefer-degrading. A span
 //   of a strict heap is used only when its policy (MPOL_BIND / MPOL_PREFERRED to the node) was set;
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
