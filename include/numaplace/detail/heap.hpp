@@ -12,7 +12,7 @@
 //   heap's spares are at most half the bytes of its other spans (4 MiB floor); beyond that it is kept
 //   for reuse by any class (2 MiB resident, more with its pages released by MADV_DONTNEED while they
 //   are at most a quarter of the spans in use) and unmapped beyond. Spares above the limit go back on
-//   their class's next free: all freed, a heap keeps at most 4 MiB of spares and 2 MiB cached.
+//   their class's next free (a class never freed into again keeps its spares: not yet bounded).
 // - Heaps per node and source: bind-strict, bind-degrading, prefer-strict, prefer-degrading. A span
 //   of a strict heap is used only when its policy (MPOL_BIND / MPOL_PREFERRED to the node) was set;
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
