@@ -1,23 +1,20 @@
-"""Conan 2 recipe for numaplace (header-only; ConanCenter header-library layout).
+"""Conan 2 recipe for numaplace, in ConanCenter's header-only form.
 
-    conan create . --build=missing     # hwloc and onetbb from a Conan remote (ConanCenter)
-    conan create . -pr:a packaging/conan/system.profile --build=missing --no-remote
-                                       # offline: the system's hwloc and oneTBB ([platform_requires])
-    packaging/test-conan.sh            # the offline check, end to end
+    conan create . --version 0.1.0 --build=missing    # hwloc and onetbb from a remote (ConanCenter)
+    packaging/test-conan.sh                           # offline: the system's hwloc/oneTBB, a local archive
 
-The package is numaplace's own CMake install (headers, numaplaceConfig.cmake + Findhwloc.cmake) plus a
-CMakeDeps build module; tests, examples and benchmarks are not built. See packaging/README.md.
+The package holds the headers and the license only: no CMake config files (CMakeDeps generates
+numaplace-config.cmake with the targets numaplace::core and numaplace::numaplace) and no .pc files
+(PkgConfigDeps generates numaplace-core.pc and numaplace.pc). See packaging/README.md.
 """
 import os
-import re
 
 from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
-from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
-from conan.tools.files import copy, load, rmdir
+from conan.tools.files import copy, get
+from conan.tools.layout import basic_layout
 
-# header-library package_type, transitive_headers and [platform_requires] need Conan >= 2.0.
 required_conan_version = ">=2.0"
 
 
@@ -25,34 +22,24 @@ class NumaplaceConan(ConanFile):
     name = "numaplace"
     description = "NUMA page placement as a type: allocators, partitions and per-node parallel_for"
     license = "MIT"
-    topics = ("numa", "allocator", "hwloc", "tbb", "header-only")
+    url = "https://github.com/conan-io/conan-center-index"
+    homepage = "https://github.com/numaplace/numaplace"
+    topics = ("numa", "allocator", "hwloc", "tbb", "hpc", "header-only")
     package_type = "header-library"
     settings = "os", "arch", "compiler", "build_type"
     no_copy_source = True
-    # What the CMake install reads (cmake/vcpkg, the vcpkg port, is not needed) plus the Conan build module.
-    exports_sources = ("include/*", "cmake/*", "!cmake/vcpkg/*", "CMakeLists.txt", "LICENSE", "README.md",
-                       "packaging/conan/numaplace-platform-deps.cmake")
-
-    def set_version(self):
-        # One source of truth: project(numaplace VERSION x.y.z) in CMakeLists.txt.
-        if self.version:
-            return
-        text = load(self, os.path.join(self.recipe_folder, "CMakeLists.txt"))
-        match = re.search(r"project\(\s*numaplace\s+VERSION\s+([0-9]+(?:\.[0-9]+)*)", text)
-        if not match:
-            raise ConanInvalidConfiguration("cannot read the version from CMakeLists.txt")
-        self.version = match.group(1)
 
     def layout(self):
-        cmake_layout(self)
+        basic_layout(self, src_folder="src")
 
     def requirements(self):
-        # numaplace's public headers include <hwloc.h> and <oneapi/tbb/...>: consumers need their headers.
-        # Ranges: hwloc 2.x (numaplace needs >= 2.0, like find_package(hwloc 2.0)); oneTBB with
-        # task_arena::constraints and info::numa_nodes (2021.x/2022.x, same API and ABI). Debian 12's
-        # hwloc 2.9.0 and onetbb 2021.8.0 satisfy both.
+        # onetbb first: Conan expands requirements in order, so onetbb's own (pinned) hwloc joins the graph
+        # first and hwloc's range below accepts it. Listed the other way round, the range resolves to the
+        # newest hwloc and then conflicts with the one onetbb pins (ConanCenter's onetbb pins an older one).
+        # Both are ranges so that a profile's [platform_requires] (the system's versions) satisfies them.
+        # Public headers include <oneapi/tbb/...> and <hwloc.h>: consumers need their headers.
+        self.requires("onetbb/[>=2021.3 <2023]", transitive_headers=True)
         self.requires("hwloc/[>=2.0 <3]", transitive_headers=True)
-        self.requires("onetbb/[>=2021.1 <2023]", transitive_headers=True)
 
     def package_id(self):
         self.info.clear()
@@ -64,46 +51,56 @@ class NumaplaceConan(ConanFile):
         if self.settings.get_safe("compiler.cppstd"):
             check_min_cppstd(self, 17)
 
-    def generate(self):
-        tc = CMakeToolchain(self)
-        tc.cache_variables["NUMAPLACE_BUILD_TESTS"] = False
-        tc.cache_variables["NUMAPLACE_BUILD_EXAMPLES"] = False
-        tc.cache_variables["NUMAPLACE_BUILD_BENCHMARKS"] = False
-        tc.cache_variables["NUMAPLACE_INSTALL"] = True
-        tc.generate()
-        # hwloc-config.cmake / TBBConfig.cmake for Conan-built dependencies. For [platform_requires] it
-        # writes nothing and our Findhwloc.cmake / the system's TBBConfig.cmake answer instead.
-        CMakeDeps(self).generate()
+    def source(self):
+        get(self, **self.conan_data["sources"][self.version], strip_root=True)
 
     def build(self):
         pass  # header-only
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
-        cmake = CMake(self)
-        cmake.configure()
-        cmake.install()
-        # numaplace.pc holds the absolute install prefix (this cache folder): not relocatable. Conan consumers
-        # get a numaplace.pc from PkgConfigDeps instead (pkg_config_name below).
-        rmdir(self, os.path.join(self.package_folder, "share", "pkgconfig"))
+        copy(self, "*.hpp", os.path.join(self.source_folder, "include"), os.path.join(self.package_folder, "include"))
+        # Only for hwloc/onetbb as [platform_requires], for which CMakeDeps generates nothing (see the file).
         copy(self, "numaplace-platform-deps.cmake", os.path.join(self.source_folder, "packaging", "conan"),
-             os.path.join(self.package_folder, self._cmake_dir))
+             os.path.join(self.package_folder, self._module_dir))
+        copy(self, "Findhwloc.cmake", os.path.join(self.source_folder, "cmake"),
+             os.path.join(self.package_folder, self._module_dir, "hwloc"))
 
     @property
-    def _cmake_dir(self):
-        # Where CMakeLists.txt installs numaplaceConfig.cmake and Findhwloc.cmake (CMAKE_INSTALL_DATADIR).
-        return os.path.join("share", "cmake", "numaplace")
+    def _module_dir(self):
+        return os.path.join("lib", "cmake", "numaplace-conan")
+
+    def _requires(self, dependency, component):
+        # A dependency given as [platform_requires] (the system's) is no Conan package: there is nothing to
+        # require, and the build module below finds it instead.
+        try:
+            dep = self.dependencies[dependency]
+        except KeyError:
+            return []
+        return [f"{dependency}::{component}"] if dep.package_folder else []
 
     def package_info(self):
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
         self.cpp_info.set_property("cmake_file_name", "numaplace")
         self.cpp_info.set_property("cmake_target_name", "numaplace::numaplace")
-        self.cpp_info.set_property("pkg_config_name", "numaplace")
-        self.cpp_info.requires = ["hwloc::hwloc", "onetbb::libtbb"]
-        self.cpp_info.system_libs = ["pthread"]
-        # CMakeDeps generates numaplace-config.cmake (not our installed numaplaceConfig.cmake) and includes
-        # this module at its end. It finds hwloc (installed Findhwloc.cmake) and oneTBB (system TBBConfig) when
-        # they are [platform_requires], for which CMakeDeps generates nothing; see the file's comment.
+
+        # numaplace::core: every header but parallel_for.hpp and replicated.hpp; hwloc, no oneTBB.
+        core = self.cpp_info.components["core"]
+        core.bindirs = []
+        core.libdirs = []
+        core.set_property("cmake_target_name", "numaplace::core")
+        core.set_property("pkg_config_name", "numaplace-core")
+        core.requires = self._requires("hwloc", "hwloc")
+        core.system_libs = ["pthread"]
+        # numaplace::numaplace: everything (parallel_for.hpp on oneTBB).
+        everything = self.cpp_info.components["numaplace"]
+        everything.bindirs = []
+        everything.libdirs = []
+        everything.set_property("cmake_target_name", "numaplace::numaplace")
+        everything.set_property("pkg_config_name", "numaplace")
+        everything.requires = ["core"] + self._requires("onetbb", "libtbb")
+        # CMakeDeps includes this at the end of numaplace-config.cmake: with hwloc/onetbb from the system
+        # ([platform_requires]) it finds and links them; with Conan packages it does nothing.
         self.cpp_info.set_property("cmake_build_modules",
-                                   [os.path.join(self._cmake_dir, "numaplace-platform-deps.cmake")])
+                                   [os.path.join(self._module_dir, "numaplace-platform-deps.cmake")])

@@ -4,6 +4,8 @@
 #include <numaplace/allocator.hpp>
 #include <numaplace/where.hpp>
 
+#include "sandbox.hpp"
+
 #include <cstdio>
 #include <type_traits>
 #include <vector>
@@ -53,7 +55,8 @@ static_assert(std::is_trivially_copyable<split_halves>::value, "");
 
 } // namespace
 
-int main() {
+namespace {
+int run() {
     const auto& topo = numaplace::topology::get();
     const int last = static_cast<int>(topo.size()) - 1;
     using alloc = numaplace::allocator<double, split_halves>;
@@ -69,4 +72,13 @@ int main() {
     const bool ok = !binding || (low.on(0) == low.pages && high.on(last) == high.pages);
     std::printf("%s\n", ok ? "ok" : "FAILED");
     return ok ? 0 : 1;
+}
+} // namespace
+
+int main() {
+    try {
+        return run();
+    } catch (const std::exception& e) {
+        return numaplace_examples::report("custom_placement", e);
+    }
 }

@@ -1,13 +1,16 @@
 // The DGEMV placement demo: c = A*b for every placement of A at 1..all threads, in the seeds' table
 // form (threads, time, speedup) plus GB/s, the fraction of the read-bandwidth limit and the locality
 // where() measures against the threads that compute. Timings here, never inside a guest.
-//   dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality]
+//   dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality] [--help]
 // --replace adds the row "replaced": serial init, then numaplace::replace to the rows partition.
+// Exit status: 0 done (or NUMA placement refused by a sandbox, said in one line), 1 a wrong result or a
+// failed locality check or error, 2 bad arguments (one line on stderr).
 // --expect-locality (used by the multi-node guest tests, which never look at the times): exit 1 unless
 // the partitioned placement is 100 % local at every thread count and, where there are several nodes with
 // CPUs, the serially initialised matrix is not (the seeds' problem, shown by where()).
 // With --replace the replaced matrix must be 100 % local too.
 #include "dgemv_placements.hpp"
+#include "sandbox.hpp"
 
 #include <numaplace/balancing.hpp>
 
@@ -15,6 +18,7 @@
 #include <oneapi/tbb/info.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -57,10 +61,34 @@ void progress(const char* format, Args... args) {
     std::fprintf(stderr, format, args...);
 }
 
-int usage() {
-    std::fprintf(stderr, "usage: dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality]\n");
+const char* const usage_text =
+    "usage: dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality] [--help]\n"
+    "  --size N          A is N x N doubles (default: 20000, or less so that A fits a third of MemAvailable)\n"
+    "  --threads T       measure 1..T threads (default and maximum: the cores this process may use)\n"
+    "  --reps R          best of R repetitions (default 5)\n"
+    "  --replace         add the row \"replaced\": serial init, then numaplace::replace to the rows partition\n"
+    "  --expect-locality exit 1 unless the partitioned placement is 100 % local (the guests' check)\n"
+    "  --check-args      check the arguments and exit (0 if valid, 2 if not; scripts/demo uses it)\n";
+
+/// One line on stderr, exit status 2: the arguments were wrong.
+int bad_argument(const std::string& what) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "dgemv_placement: %s (see --help)\n", what.c_str());
     return 2;
 }
+
+/// \returns true and the value if `text` is a whole decimal number in [1, max].
+bool parse_count(const char* text, unsigned long long max, unsigned long long& value) {
+    if (text == nullptr || *text < '0' || *text > '9') return false; // no sign, no blank, not empty
+    errno = 0;
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 1 || v > max) return false;
+    value = v;
+    return true;
+}
+
+int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool with_replace);
 } // namespace
 
 int main(int argc, char** argv) {
@@ -68,24 +96,54 @@ int main(int argc, char** argv) {
     std::size_t n = 20000;
     const std::size_t avail = mem_available();
     while (n > 2000 && n * n * sizeof(double) > avail / 3) n -= 1000;
-    int max_threads = tbb::info::default_concurrency();
+    const int cores = tbb::info::default_concurrency();
+    int max_threads = cores;
     int reps = 5;
     bool expect_locality = false, with_replace = false;
+    bool check_only = false;
     for (int i = 1; i < argc; ++i) {
-        auto value = [&](const char* flag) -> const char* {
-            if (std::strcmp(argv[i], flag) != 0) return nullptr;
-            if (i + 1 >= argc) return nullptr;
-            return argv[++i];
-        };
-        if (const char* v = value("--size")) n = std::strtoull(v, nullptr, 10);
-        else if (const char* t = value("--threads")) max_threads = std::atoi(t);
-        else if (const char* r = value("--reps")) reps = std::atoi(r);
-        else if (std::strcmp(argv[i], "--expect-locality") == 0) expect_locality = true;
-        else if (std::strcmp(argv[i], "--replace") == 0) with_replace = true;
-        else return usage();
+        const std::string arg = argv[i];
+        if (arg == "--help" || arg == "-h") {
+            std::printf("%s", usage_text);
+            return 0;
+        }
+        if (arg == "--expect-locality" || arg == "--replace" || arg == "--check-args") {
+            (arg == "--expect-locality" ? expect_locality : arg == "--replace" ? with_replace : check_only) = true;
+            continue;
+        }
+        if (arg != "--size" && arg != "--threads" && arg != "--reps") return bad_argument("unknown option '" + arg + "'");
+        if (i + 1 >= argc) return bad_argument(arg + " needs a value");
+        const char* text = argv[++i];
+        unsigned long long v = 0;
+        if (arg == "--size") {
+            // A must fit in the memory available now (and N*N*8 in a size_t).
+            if (!parse_count(text, 1ull << 31, v))
+                return bad_argument("--size wants a whole number from 1 to 2147483648, not '" + std::string(text) + "'");
+            if (v * v > avail / sizeof(double))
+                return bad_argument("--size " + std::to_string(v) + " needs " + std::to_string(v * v * sizeof(double) >> 20) +
+                                    " MiB for A; " + std::to_string(avail >> 20) + " MiB are available");
+            n = static_cast<std::size_t>(v);
+        } else if (arg == "--threads") {
+            if (!parse_count(text, static_cast<unsigned long long>(cores), v))
+                return bad_argument("--threads wants a whole number from 1 to " + std::to_string(cores) +
+                                    " (the cores this process may use), not '" + std::string(text) + "'");
+            max_threads = static_cast<int>(v);
+        } else {
+            if (!parse_count(text, 1000000, v))
+                return bad_argument("--reps wants a whole number from 1 to 1000000, not '" + std::string(text) + "'");
+            reps = static_cast<int>(v);
+        }
     }
-    if (n == 0 || max_threads < 1 || reps < 1) return usage();
+    if (check_only) return 0;
+    try {
+        return run(n, max_threads, reps, expect_locality, with_replace);
+    } catch (const std::exception& e) {
+        return numaplace_examples::report("dgemv_placement", e);
+    }
+}
 
+namespace {
+int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool with_replace) {
     const auto& topo = numaplace::topology::get();
     std::printf("machine: %zu NUMA node(s), %d threads; A = %zu x %zu doubles (%.2f GB), best of %d\n", topo.size(),
                 tbb::info::default_concurrency(), n, n, static_cast<double>(n * n * sizeof(double)) / 1e9, reps);
@@ -94,6 +152,7 @@ int main(int argc, char** argv) {
                     "machine would see.\n");
     std::printf("\n%-14s %7s %10s %8s %8s %9s %9s\n", "placement", "threads", "time (ms)", "speedup", "GB/s",
                 "of limit", "locality");
+    std::fflush(stdout); // the header survives whatever fails next
 
     std::vector<double> limit(static_cast<std::size_t>(max_threads) + 1, 0.0);
     bool all_correct = true;
@@ -166,3 +225,4 @@ int main(int argc, char** argv) {
     }
     return all_correct ? 0 : 1;
 }
+} // namespace

@@ -2,12 +2,15 @@
 // small objects (map nodes) come from the node's small-object heap, not one mmap each.
 #include <numaplace/numaplace.hpp>
 
+#include "sandbox.hpp"
+
 #include <cstdio>
 #include <functional>
 #include <unordered_map>
 #include <vector>
 
-int main() {
+namespace {
+int run() {
     using value = std::pair<const long, long>;
     using node_map = std::unordered_map<long, long, std::hash<long>, std::equal_to<long>, numaplace::node_allocator<value>>;
     const auto& topo = numaplace::topology::get();
@@ -35,4 +38,13 @@ int main() {
         if (on_node != total) return 1;
     }
     return 0;
+}
+} // namespace
+
+int main() {
+    try {
+        return run();
+    } catch (const std::exception& e) {
+        return numaplace_examples::report("node_local_map", e);
+    }
 }

@@ -1,22 +1,187 @@
-// numaplace-info: the machine as numaplace sees it. Nodes, CPUs, memory, distances and every capability,
-// the way `numactl --hardware` does, with each degradation spelled out.
+// numaplace-info: the machine as numaplace sees it. Nodes, CPUs, memory (total and free, as
+// `numactl --hardware` shows them), distances and every capability, with each degradation spelled out.
+//   numaplace-info [--json] [--help]
+// Exit status: 0 report printed, 1 the topology could not be read, 2 bad arguments.
 #include <numaplace/numaplace.hpp>
 
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+#include <string>
+#include <vector>
 
-int main() {
+#include <link.h>
+
+namespace {
+
+const char* const usage_text =
+    "usage: numaplace-info [--json] [--help]\n"
+    "Prints the NUMA nodes numaplace may use (CPUs, memory total and free), their distances, what the kernel\n"
+    "and sandbox allow (memory binding, page queries, CPU binding), the degradations so far and how oneTBB's\n"
+    "arenas are pinned.\n"
+    "  --json   the same as one JSON object (nodes, distances, capabilities, degradations, tbb)\n"
+    "  --help   this text\n";
+
+/// Free memory of a node in bytes, from /sys/devices/system/node/node<os>/meminfo; -1 if unreadable.
+std::int64_t free_bytes(unsigned os_index) {
+    std::ifstream in("/sys/devices/system/node/node" + std::to_string(os_index) + "/meminfo");
+    std::string line;
+    while (std::getline(in, line)) {
+        // "Node 0 MemFree:        1234567 kB"
+        const auto pos = line.find("MemFree:");
+        if (pos == std::string::npos) continue;
+        std::istringstream rest(line.substr(pos + 8));
+        std::int64_t kb = -1;
+        if (rest >> kb) return kb * 1024;
+    }
+    return -1;
+}
+
+/// The path of the first loaded shared object whose name contains `fragment`, or "" if none.
+std::string loaded_path(const char* fragment) {
+    struct search {
+        const char* fragment;
+        std::string path;
+    } s{fragment, {}};
+    dl_iterate_phdr(
+        [](dl_phdr_info* info, std::size_t, void* data) {
+            auto* st = static_cast<search*>(data);
+            if (info->dlpi_name != nullptr && std::strstr(info->dlpi_name, st->fragment) != nullptr) {
+                st->path = info->dlpi_name;
+                return 1;
+            }
+            return 0;
+        },
+        &s);
+    return s.path;
+}
+
+std::string json_string(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) {
+        switch (c) {
+        case '"': out += "\\\""; break;
+        case '\\': out += "\\\\"; break;
+        case '\n': out += "\\n"; break;
+        case '\t': out += "\\t"; break;
+        default:
+            if (static_cast<unsigned char>(c) < 0x20) {
+                char buf[8];
+                std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+                out += buf;
+            } else {
+                out += c;
+            }
+        }
+    }
+    return out + "\"";
+}
+
+const char* json_bool(bool b) { return b ? "true" : "false"; }
+
+template <class Range>
+std::string json_numbers(const Range& r) {
+    std::string out = "[";
+    bool first = true;
+    for (const auto& v : r) {
+        out += (first ? "" : ", ") + std::to_string(v);
+        first = false;
+    }
+    return out + "]";
+}
+
+void print_json(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
+    const auto& caps = topo.capabilities();
+    os << "{\n  \"nodes\": [";
+    bool first = true;
+    for (const auto& n : topo.nodes()) {
+        os << (first ? "\n" : ",\n") << "    {\"id\": " << n.id << ", \"os_index\": " << n.os_index
+           << ", \"cpus\": " << json_numbers(n.cpus) << ", \"cores\": " << n.cores
+           << ", \"memory_total_bytes\": " << n.memory << ", \"memory_free_bytes\": ";
+        const std::int64_t free = free_bytes(n.os_index);
+        if (free < 0) os << "null"; else os << free;
+        os << '}';
+        first = false;
+    }
+    os << "\n  ],\n  \"distances\": [";
+    first = true;
+    for (const auto& a : topo.nodes()) {
+        std::vector<unsigned> row;
+        for (const auto& b : topo.nodes()) row.push_back(topo.distance(a.id, b.id));
+        os << (first ? "" : ", ") << json_numbers(row);
+        first = false;
+    }
+    os << "],\n  \"distances_known\": " << json_bool(caps.distances_known) << ",\n  \"capabilities\": {"
+       << "\"nodes\": " << caps.nodes << ", \"system_nodes\": " << caps.system_nodes
+       << ", \"memory_binding\": " << json_bool(caps.memory_binding)
+       << ", \"memory_binding_errno\": " << caps.memory_binding_errno
+       << ", \"page_query\": " << json_bool(caps.page_query) << ", \"page_query_errno\": " << caps.page_query_errno
+       << ", \"cpu_binding\": " << json_bool(caps.cpu_binding) << ", \"cpu_binding_errno\": " << caps.cpu_binding_errno
+       << ", \"preferred_many\": " << json_bool(caps.preferred_many)
+       << ", \"weighted_interleave\": " << json_bool(caps.weighted_interleave)
+       << ", \"transparent_huge_pages\": " << json_string(caps.thp) << ", \"numa_balancing\": " << caps.numa_balancing
+       << "},\n  \"degradations\": {\"count\": " << numaplace::degradation_count() << ", \"messages\": [";
+    first = true;
+    for (const auto& m : numaplace::degradations()) {
+        os << (first ? "" : ", ") << json_string(m);
+        first = false;
+    }
+    os << "]},\n  \"tbb\": {\"interface_version\": " << arenas.tbb_interface_version
+       << ", \"library\": " << json_string(loaded_path("libtbb.so"))
+       << ", \"tbbbind_loaded\": " << json_bool(arenas.tbbbind_loaded)
+       << ", \"tbbbind_library\": " << json_string(loaded_path("libtbbbind"))
+       << ", \"numa_nodes\": " << json_numbers(arenas.tbb_numa_nodes)
+       << ", \"pinning\": " << json_string(numaplace::name(arenas.pinning))
+       << ", \"pinning_reason\": " << json_string(arenas.reason) << "}\n}\n";
+}
+
+void print_text(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
+    numaplace::print_report(os, topo);
+    os << "memory per node (numactl -H):\n";
+    for (const auto& n : topo.nodes()) {
+        os << "  node " << n.id << " size: " << (n.memory >> 20) << " MiB, free: ";
+        const std::int64_t free = free_bytes(n.os_index);
+        if (free < 0) os << "unknown"; else os << (static_cast<std::uint64_t>(free) >> 20) << " MiB";
+        os << '\n';
+    }
+    os << "oneTBB interface version:    " << arenas.tbb_interface_version << '\n'
+       << "oneTBB library:              " << loaded_path("libtbb.so") << '\n'
+       << "tbbbind loaded:              " << (arenas.tbbbind_loaded ? "yes" : "NO");
+    if (arenas.tbbbind_loaded) os << " (" << loaded_path("libtbbbind") << ')';
+    os << "\noneTBB numa nodes:          ";
+    for (int id : arenas.tbb_numa_nodes) os << ' ' << id;
+    os << (arenas.tbb_numa_nodes.size() == 1 && arenas.tbb_numa_nodes[0] == -1 ? "  (TBB sees no NUMA)" : "")
+       << "\narena pinning:               " << numaplace::name(arenas.pinning) << " — " << arenas.reason << '\n';
+}
+
+} // namespace
+
+int main(int argc, char** argv) {
+    bool json = false;
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+            std::cout << usage_text;
+            return 0;
+        }
+        if (std::strcmp(argv[i], "--json") == 0) {
+            json = true;
+            continue;
+        }
+        std::cerr << "numaplace-info: unknown option '" << argv[i] << "' (see numaplace-info --help)\n";
+        return 2;
+    }
     try {
         const auto& topo = numaplace::topology::get();
-        numaplace::print_report(std::cout, topo);
         const auto& arenas = numaplace::arena_capabilities();
-        std::cout << "oneTBB interface version:    " << arenas.tbb_interface_version << '\n'
-                  << "tbbbind loaded:              " << (arenas.tbbbind_loaded ? "yes" : "NO") << '\n'
-                  << "oneTBB numa nodes:          ";
-        for (int id : arenas.tbb_numa_nodes) std::cout << ' ' << id;
-        std::cout << (arenas.tbb_numa_nodes.size() == 1 && arenas.tbb_numa_nodes[0] == -1 ? "  (TBB sees no NUMA)" : "")
-                  << "\narena pinning:               " << numaplace::name(arenas.pinning) << " — " << arenas.reason
-                  << '\n';
+        // Built in full first: an exception cannot leave half a JSON object on stdout.
+        std::ostringstream out;
+        if (json) print_json(out, topo, arenas); else print_text(out, topo, arenas);
+        std::cout << out.str() << std::flush;
     } catch (const std::exception& e) {
+        std::cout.flush();
         std::cerr << "numaplace-info: " << e.what() << '\n';
         return 1;
     }

@@ -2,13 +2,16 @@
 // resource with any placement for large buffers.
 #include <numaplace/numaplace.hpp>
 
+#include "sandbox.hpp"
+
 #include <cstdio>
 #include <map>
 #include <memory_resource>
 #include <string>
 #include <vector>
 
-int main() {
+namespace {
+int run() {
     const auto& topo = numaplace::topology::get();
     const int last = static_cast<int>(topo.size()) - 1;
 
@@ -28,4 +31,13 @@ int main() {
     for (const auto& n : topo.nodes()) std::printf(" node %d: %zu", n.id, h.on(n.id));
     std::printf("\n");
     return 0;
+}
+} // namespace
+
+int main() {
+    try {
+        return run();
+    } catch (const std::exception& e) {
+        return numaplace_examples::report("pmr_pool", e);
+    }
 }

@@ -20,8 +20,8 @@ class TestPackageConan(ConanFile):
         tc = CMakeToolchain(self)
         tc.user_presets_path = False  # no CMakeUserPresets.json in the source tree
         tc.generate()
-        # numaplace-config.cmake. With hwloc/onetbb from [platform_requires] it neither finds nor links them;
-        # numaplace's build module (numaplace-platform-deps.cmake, included by that file) does.
+        # numaplace-config.cmake (targets numaplace::core and numaplace::numaplace). With hwloc/onetbb from
+        # [platform_requires] it neither finds nor links them; numaplace's build module does.
         CMakeDeps(self).generate()
 
     def build(self):
@@ -31,4 +31,5 @@ class TestPackageConan(ConanFile):
 
     def test(self):
         if can_run(self):
-            self.run(os.path.join(self.cpp.build.bindir, "test_package"), env="conanrun")
+            for program in ("test_package", "test_package_core"):
+                self.run(os.path.join(self.cpp.build.bindir, program), env="conanrun")

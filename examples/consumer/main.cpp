@@ -5,7 +5,7 @@
 
 int main() {
     const std::size_t n = std::size_t(1) << 22;
-    numaplace::partition part(n, sizeof(double));
+    numaplace::partition<double> part(n);
     numaplace::partitioned_vector<double> v(n, numaplace::partitioned_allocator<double>(part));
     numaplace::parallel_for(v, [&](numaplace::subrange r) {
         for (std::size_t i = r.begin(); i < r.end(); ++i) v[i] = double(i);

@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 
 namespace numaplace {
@@ -64,7 +65,7 @@ struct balancing_counters {
 /// \returns true if bound so; false if the kernel lacks the flag or refuses (`capabilities()
 /// .numa_balancing_bind`) and `fb` is degrading: then the range is bound with plain `MPOL_BIND` (pages
 /// stay where they are placed) or, if that is refused too, left to first touch, and it is recorded.
-/// \throws unknown_node, invalid_placement (empty set, unaligned range); placement_error with the
+/// \throws unknown_node, invalid_placement (empty set, unaligned or wrapping range); placement_error with the
 /// kernel's errno when strict.
 inline bool bind_with_balancing(void* p, std::size_t bytes, const node_set& nodes, fallback fb = fallback::strict) {
     const auto& topo = topology::get();
@@ -72,6 +73,9 @@ inline bool bind_with_balancing(void* p, std::size_t bytes, const node_set& node
     if (reinterpret_cast<std::uintptr_t>(p) % detail::page_size() != 0)
         detail::throw_invalid("bind_with_balancing: range not page aligned");
     if (bytes == 0) return true;
+    if (bytes > std::numeric_limits<std::uintptr_t>::max() - (detail::page_size() - 1) - reinterpret_cast<std::uintptr_t>(p))
+        detail::throw_invalid("bind_with_balancing: a range of " + std::to_string(bytes) +
+                              " bytes runs past the end of the address space");
     detail::kernel_nodemask mask;
     for (int id : nodes) mask.set(topo.at(id).os_index);
     const int node = nodes.size() == 1 ? nodes[0] : -1;

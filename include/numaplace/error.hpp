@@ -6,6 +6,7 @@
 /// (`std::bad_array_new_length` for size overflow, `std::system_error` for a failed system query).
 
 #include <cstddef>
+#include <iterator> // before <stdexcept>/<string>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <new>
 #include <stdexcept>
 #include <string>

@@ -469,8 +469,11 @@ void run_blocks_here(const std::vector<block>& blocks, Fn& fn) {
 template <class F>
 void enqueue(tbb::task_arena& arena, tbb::task_group& group, F&& f) {
 #if TBB_INTERFACE_VERSION >= 12060
-    arena.enqueue(group.defer(std::forward<F>(f)));
+    tbb::task_handle task = group.defer(std::forward<F>(f)); // copies the closure into the task
+    NUMAPLACE_HANDOVER_RELEASE(); // after the copy: the worker that runs it reads that closure
+    arena.enqueue(std::move(task));
 #else
+    NUMAPLACE_HANDOVER_RELEASE();
     arena.execute([&] { group.run(std::forward<F>(f)); });
 #endif
 }
@@ -492,7 +495,11 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
     std::size_t started = 0; // groups[0, started) have a task in their arena
     constexpr std::size_t none = static_cast<std::size_t>(-1);
     std::atomic<std::size_t> first_failed{none};
-    // Cancels every group but `keep` (a group cancelled before its task throws drops the exception).
+    // The exception of the first block that threw, kept here: a group cancelled (by another block that
+    // threw) before its own task's exception reaches its context drops that exception, so when every
+    // block throws, every group may end cancelled with no exception at all.
+    std::exception_ptr first_error;
+    // Cancels every group but `keep`.
     auto cancel_all = [&groups, count](std::size_t keep = static_cast<std::size_t>(-1)) {
         for (std::size_t k = 0; k < count; ++k)
             if (k != keep) groups[k].group.cancel();
@@ -518,15 +525,15 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
             const std::size_t k = started;
             if (blocks[k].empty()) continue;
             groups[k].arena = arenas.arena_for(blocks[k].node);
-            enqueue(*groups[k].arena, groups[k].group, [&fn, &blocks, &cancel_all, &first_failed, k] {
+            enqueue(*groups[k].arena, groups[k].group, [&fn, &blocks, &cancel_all, &first_failed, &first_error, k] {
                 handover_scope handover;
                 try {
                     fn(blocks[k]);
                 } catch (...) {
                     std::size_t expected = none;
-                    first_failed.compare_exchange_strong(expected, k);
+                    if (first_failed.compare_exchange_strong(expected, k))
+                        first_error = std::current_exception(); // read after every group's wait()
                     cancel_all(k);
-                    throw; // this group's context keeps it (it cancels itself); wait() rethrows it
                 }
             });
         }
@@ -538,6 +545,7 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
     }
     std::exception_ptr error = wait_all();
     NUMAPLACE_HANDOVER_ACQUIRE();
+    if (first_error) std::rethrow_exception(first_error);
     if (error) std::rethrow_exception(error);
 }
 
@@ -660,7 +668,7 @@ void first_touch(T* data, const partition<T>& part) {
     const std::size_t s = sizeof(T);
     if (e.size() == 0) return;
     detail::advise_huge_pages(data, e.size() * s, e.huge_pages());
-    parallel_for(e, [data, s](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * s); },
+    parallel_for(e, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }
 

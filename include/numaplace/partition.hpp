@@ -314,8 +314,11 @@ public:
     }
 
     /// \returns the same layout split for `m` indexes (units; elements for an element view, then split as
-    /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes.
+    /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes, or
+    /// for m > 0 on an empty (default-constructed) partition: it has no node to put the indexes on.
     basic_partition resized(std::size_t m) const {
+        if (m != 0 && layout_->nodes.empty())
+            detail::throw_invalid("partition: resized(" + std::to_string(m) + ") of an empty partition (no node)");
         basic_partition p = *this;
         p.units_ = elements_ ? m / layout_->row_length + (m % layout_->row_length != 0) : m;
         check_bytes(p.units_, layout_->unit_bytes);
@@ -468,7 +471,8 @@ public:
     numaplace::block block_of(std::size_t index) const noexcept { return p_.block_of(index); }
     numaplace::block block_on(int node_id) const noexcept { return p_.block_on(node_id); }
 
-    /// \returns the same layout split for `m` indexes. \throws invalid_placement on byte overflow.
+    /// \returns the same layout split for `m` indexes. \throws invalid_placement on byte overflow, or for
+    /// m > 0 on an empty partition.
     partition resized(std::size_t m) const { return partition(p_.resized(m)); }
     /// \returns the same blocks cut at `m` indexes.
     partition clipped(std::size_t m) const noexcept { return partition(p_.clipped(m)); }

@@ -202,7 +202,13 @@ public:
     /// \returns the reduced weights, empty when uniform.
     const std::vector<std::size_t>& weights() const noexcept { return state_->weights; }
     fallback on_refusal() const noexcept { return fallback_; }
-    int home_node() const noexcept { return state_->nodes[0]; }
+    /// \returns the first node with a non-zero weight (its heap serves allocations below a page).
+    int home_node() const noexcept {
+        const auto& w = state_->weights;
+        for (std::size_t k = 0; k < w.size(); ++k)
+            if (w[k] != 0) return state_->nodes[k];
+        return state_->nodes[0];
+    }
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     bool apply(void* p, std::size_t bytes) const {
         if (weights().empty()) {
@@ -254,10 +260,12 @@ public:
     fallback on_refusal() const noexcept { return fallback_; }
     /// \returns the split of an allocation of `bytes` (unit indexes).
     basic_partition partition_for(std::size_t bytes) const noexcept { return partition_.for_bytes(bytes); }
-    /// \returns the first node with a non-zero weight (its heap serves allocations below a page).
+    /// \returns the last node with a non-zero weight: its heap serves allocations below a page. The split
+    /// of an allocation smaller than a page (fewer units than one edge step) puts every unit in that
+    /// node's block (edges round down to steps), so `partition_of` and `parallel_for` run it there too.
     int home_node() const noexcept {
         const auto& w = partition_.weights();
-        for (std::size_t k = 0; k < w.size(); ++k)
+        for (std::size_t k = w.size(); k-- > 0;)
             if (w[k] != 0) return partition_.nodes()[k];
         return partition_.nodes().empty() ? 0 : partition_.nodes()[0];
     }

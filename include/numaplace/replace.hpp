@@ -625,7 +625,8 @@ replace_report replace(Container& c, const Target& target, const replace_options
 ///   allocator's own layout drops the record. An empty container: nothing to move, nothing recorded.
 /// - Any other allocator: `replace(c.data(), part)`, which requires `part.element_count() == c.size()`.
 /// \returns what moved. \throws invalid_placement for a partitioned buffer below one page (it lives in the
-/// node heap of the allocator's home node) or a partition of another size for a plain container;
+/// node heap of the allocator's home node), an empty partition (no node) for a partitioned container, or
+/// a partition of another size for a plain container;
 /// replace_error (strict) as above (the record is updated before: the policy and the moved pages follow
 /// the new layout even when some pages could not move, and the report says which).
 template <class Container, class T,
@@ -636,6 +637,8 @@ replace_report replace(Container& c, const partition<T>& part, fallback fb = fal
                   "replace: the partition's element type must be the container's");
     if constexpr (detail::is_partitioned_container<Container>::value) {
         const std::size_t bytes = c.capacity() * sizeof(T);
+        if (part.nodes().empty())
+            detail::throw_invalid("replace: an empty partition (no node) cannot place a container's pages");
         if (bytes == 0) return replace_report{};
         detail::placed_buffers::entry entry;
         if (!detail::placed_buffers::instance().find(c.data(), entry))

@@ -39,6 +39,7 @@
 #include <limits>
 #include <new>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -66,7 +67,8 @@ public:
     /// \effects makes one copy of [source, source + n) on each node of `nodes` (default: the nodes with
     /// CPUs; memory-only nodes may be listed), all filled at once, each from its node's arena.
     /// \throws unknown_node for an id not in the topology; invalid_placement for an empty node set;
-    /// std::bad_array_new_length when n × sizeof(T) overflows; placement_error when a mapping fails, or a
+    /// std::bad_array_new_length when n × sizeof(T) overflows; std::invalid_argument for a null source
+    /// with n > 0; placement_error when a mapping fails, or a
     /// binding is refused and `fb` is strict (nothing is kept).
     replicated(const T* source, std::size_t n, const node_set& nodes = topology::get().with_cpus(),
                fallback fb = fallback::strict)
@@ -74,6 +76,7 @@ public:
         const topology& topo = topology::get();
         topo.check(nodes);
         if (nodes.empty()) detail::throw_invalid("replicated: empty node set");
+        if (source == nullptr && n != 0) throw std::invalid_argument("replicated: null source of " + std::to_string(n) + " elements");
         if (n > std::numeric_limits<std::size_t>::max() / sizeof(T) ||
             memory::page_round(n * sizeof(T)) < n * sizeof(T))
             detail::throw_bad_length();

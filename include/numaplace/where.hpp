@@ -20,6 +20,9 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
+#include <stdexcept>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -63,6 +66,9 @@ namespace detail {
 template <class F>
 void for_each_page_node(const void* p, std::size_t bytes, F&& f) {
     const std::size_t page = page_size();
+    if (bytes > std::numeric_limits<std::uintptr_t>::max() - (page - 1) - reinterpret_cast<std::uintptr_t>(p))
+        throw std::invalid_argument("numaplace::where: a range of " + std::to_string(bytes) +
+                                    " bytes runs past the end of the address space");
     const auto start = reinterpret_cast<std::uintptr_t>(p) / page * page;
     const auto end = round_up(reinterpret_cast<std::uintptr_t>(p) + bytes, page);
     const std::size_t pages = bytes == 0 ? 0 : (end - start) / page;
@@ -101,7 +107,8 @@ inline page_histogram empty_histogram(const topology& topo) {
 } // namespace detail
 
 /// \returns the page histogram of [p, p+bytes) (every page the range overlaps).
-/// \throws std::system_error when the kernel refuses the query (`capabilities().page_query`).
+/// \throws std::system_error when the kernel refuses the query (`capabilities().page_query`);
+/// std::invalid_argument when the range runs past the end of the address space.
 inline page_histogram where(const void* p, std::size_t bytes, const topology& topo = topology::get()) {
     page_histogram h = detail::empty_histogram(topo);
     detail::for_each_page_node(p, bytes, [&](std::size_t, int status) { detail::count_page(h, status, topo); });
@@ -121,6 +128,9 @@ partition_locality locality(const T* data, std::size_t count, ExpectedNode&& exp
     partition_locality r;
     r.histogram = detail::empty_histogram(topo);
     if (count == 0) return r;
+    if (count > std::numeric_limits<std::size_t>::max() / sizeof(T))
+        throw std::invalid_argument("numaplace::locality: " + std::to_string(count) + " elements of " +
+                                    std::to_string(sizeof(T)) + " bytes exceed SIZE_MAX bytes");
     const std::size_t page = detail::page_size();
     const auto base = reinterpret_cast<std::uintptr_t>(data);
     const std::uintptr_t first_page = base / page * page;

@@ -1,23 +1,23 @@
 # Conan build module (cpp_info "cmake_build_modules"), included at the end of the numaplace-config.cmake that
 # Conan's CMakeDeps generates for a consumer.
 #
-# hwloc and oneTBB as Conan packages: CMakeDeps has already found them (their generated hwloc-config.cmake and
-# TBBConfig.cmake) and linked numaplace::numaplace to hwloc::hwloc and TBB::tbb. Nothing to do here.
+# hwloc and oneTBB as Conan packages: CMakeDeps has already found them and linked numaplace::core to
+# hwloc::hwloc and numaplace::numaplace to TBB::tbb. Nothing to do here.
 #
 # hwloc and oneTBB from the system ([platform_requires] in the profile, e.g. packaging/conan/system.profile):
-# Conan treats them as "platform" packages, so CMakeDeps generates no files for them and leaves them out of
-# numaplace::numaplace's link interface and of its find_dependency() calls. We then find them the way the
-# installed numaplaceConfig.cmake does: hwloc through the Findhwloc.cmake installed beside this file
-# (hwloc ships only hwloc.pc: pkg-config, then a plain header/library search) and oneTBB through the
-# system's TBBConfig.cmake; and link them to numaplace::numaplace ourselves.
-include(CMakeFindDependencyMacro)
+# CMakeDeps generates no files for them and leaves them out of the targets' link interfaces, so we find
+# them here: hwloc through numaplace's hwloc search (hwloc/Findhwloc.cmake beside this file: pkg-config,
+# then a plain header/library search), oneTBB through the system's TBBConfig.cmake (optional: only
+# numaplace::numaplace needs it).
 if(NOT TARGET hwloc::hwloc)
-    list(PREPEND CMAKE_MODULE_PATH "${CMAKE_CURRENT_LIST_DIR}")
-    find_dependency(hwloc 2.0)
+    list(PREPEND CMAKE_MODULE_PATH "${CMAKE_CURRENT_LIST_DIR}/hwloc")
+    find_package(hwloc 2.0 REQUIRED)
     list(POP_FRONT CMAKE_MODULE_PATH)
-    target_link_libraries(numaplace::numaplace INTERFACE hwloc::hwloc)
+    target_link_libraries(numaplace::core INTERFACE hwloc::hwloc)
 endif()
 if(NOT TARGET TBB::tbb)
-    find_dependency(TBB)
-    target_link_libraries(numaplace::numaplace INTERFACE TBB::tbb)
+    find_package(TBB QUIET)
+    if(TARGET TBB::tbb)
+        target_link_libraries(numaplace::numaplace INTERFACE TBB::tbb)
+    endif()
 endif()

@@ -273,6 +273,7 @@ struct test_arenas {
         : throw_at(throw_at_call), gate(std::move(wait_for)) {
         for (std::size_t k = 0; k < count; ++k)
             arenas.push_back(std::make_unique<tbb::task_arena>(concurrency, 0u));
+        for (auto& a : arenas) a->initialize(); // as node_arenas does: no lazy set-up inside enqueue
     }
     bool spread() const noexcept { return true; }
     tbb::task_arena* arena_for(int node) {

@@ -18,9 +18,15 @@ endif()
 # Header-only: one configuration is enough, and nothing is compiled.
 set(VCPKG_BUILD_TYPE release)
 
+# numaplace[core] (feature "parallel" off): no oneTBB, numaplace::core only.
+if(NOT "parallel" IN_LIST FEATURES)
+    set(feature_options -DCMAKE_DISABLE_FIND_PACKAGE_TBB=ON)
+endif()
+
 vcpkg_cmake_configure(
     SOURCE_PATH "${SOURCE_PATH}"
     OPTIONS
+        ${feature_options}
         -DNUMAPLACE_BUILD_TESTS=OFF
         -DNUMAPLACE_BUILD_EXAMPLES=OFF
         -DNUMAPLACE_BUILD_BENCHMARKS=OFF
@@ -32,10 +38,14 @@ vcpkg_cmake_install()
 # uses to find hwloc) to ${CMAKE_INSTALL_DATADIR}/cmake/numaplace; vcpkg wants them in share/numaplace.
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/numaplace)
 
-# numaplace.pc is installed to share/pkgconfig (architecture-independent), but it has a `Libs:` line
-# (-pthread), and vcpkg accepts only .pc files without Libs there: move it to lib/pkgconfig.
+# numaplace-core.pc and numaplace.pc are installed to share/pkgconfig (architecture-independent), but
+# numaplace-core.pc has a `Libs:` line (-pthread), and vcpkg accepts only .pc files without Libs there:
+# move them to lib/pkgconfig. Without the parallel feature numaplace.pc (which requires tbb) is dropped.
 file(MAKE_DIRECTORY "${CURRENT_PACKAGES_DIR}/lib/pkgconfig")
-file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig/numaplace.pc" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig/numaplace.pc")
+file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig/numaplace-core.pc" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig/numaplace-core.pc")
+if("parallel" IN_LIST FEATURES)
+    file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig/numaplace.pc" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig/numaplace.pc")
+endif()
 file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/share/pkgconfig")
 vcpkg_fixup_pkgconfig()  # prefix=${pcfiledir}/../.. instead of the absolute packages directory
 

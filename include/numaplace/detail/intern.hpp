@@ -8,7 +8,10 @@
 // Never freed means a handle stays valid during static destruction and in a moved-from object, and
 // equal content gives equal addresses (== on handles is == on content).
 
+#include "fork_guard.hpp"
+
 #include <cstddef>
+#include <iterator> // before <mutex>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <mutex>
 #include <set>
 #include <utility>
@@ -22,7 +25,8 @@ struct intern_registry {
     std::set<State> states; // node-based: addresses stay put
 
     static intern_registry& instance() {
-        static intern_registry* r = new intern_registry; // never destroyed (usable during static destruction)
+        // never destroyed (usable during static destruction); fork-safe (see fork_guard.hpp)
+        static intern_registry* r = (fork_guard<intern_registry>::install(), new intern_registry);
         return *r;
     }
 };

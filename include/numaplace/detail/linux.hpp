@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <iterator> // before <fstream>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <fstream>
 #include <string>
 #include <vector>

@@ -10,6 +10,7 @@
 // and the pages in step). Thread-safe; an empty record costs one relaxed atomic load per call.
 
 #include "../partition.hpp"
+#include "fork_guard.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -30,13 +31,14 @@ public:
     };
 
     static placed_buffers& instance() {
-        static placed_buffers* record = new placed_buffers; // never destroyed: usable during static destruction
+        // never destroyed: usable during static destruction; fork-safe (handlers below)
+        static placed_buffers* record = new placed_buffers;
         return *record;
     }
 
     /// \effects records the fresh mapping [p, p + bytes) placed by `layout`, forgetting any overlapped one.
     void placed(const void* p, std::size_t bytes, const basic_partition& layout) {
-        std::unique_lock<std::shared_mutex> lock(mutex_);
+        std::unique_lock<std::shared_mutex> lock(mutex);
         erase_overlapping(key(p), bytes);
         map_[key(p)] = entry{bytes, layout, false};
         size_.store(map_.size(), std::memory_order_relaxed);
@@ -44,14 +46,14 @@ public:
     /// \effects forgets the buffers overlapping [p, p + bytes) (unmapped).
     void released(const void* p, std::size_t bytes) noexcept {
         if (size_.load(std::memory_order_relaxed) == 0) return;
-        std::unique_lock<std::shared_mutex> lock(mutex_);
+        std::unique_lock<std::shared_mutex> lock(mutex);
         erase_overlapping(key(p), bytes);
         size_.store(map_.size(), std::memory_order_relaxed);
     }
     /// \returns whether the buffer starting at `p` is recorded; `out` is its entry.
     bool find(const void* p, entry& out) const {
         if (size_.load(std::memory_order_relaxed) == 0) return false;
-        std::shared_lock<std::shared_mutex> lock(mutex_);
+        std::shared_lock<std::shared_mutex> lock(mutex);
         auto it = map_.find(key(p));
         if (it == map_.end()) return false;
         out = it->second;
@@ -59,7 +61,7 @@ public:
     }
     /// \effects sets the layout of the recorded buffer starting at `p`. \returns false if none is.
     bool relayout(const void* p, const basic_partition& layout, bool replaced) {
-        std::unique_lock<std::shared_mutex> lock(mutex_);
+        std::unique_lock<std::shared_mutex> lock(mutex);
         auto it = map_.find(key(p));
         if (it == map_.end()) return false;
         it->second.layout = layout;
@@ -69,7 +71,7 @@ public:
     /// \returns whether [p, p + bytes) overlaps a recorded buffer.
     bool overlaps(const void* p, std::size_t bytes) const {
         if (size_.load(std::memory_order_relaxed) == 0 || bytes == 0) return false;
-        std::shared_lock<std::shared_mutex> lock(mutex_);
+        std::shared_lock<std::shared_mutex> lock(mutex);
         const std::uintptr_t b = key(p), e = b + bytes;
         auto it = map_.lower_bound(e);
         if (it == map_.begin()) return false;
@@ -89,10 +91,19 @@ private:
         while (it != map_.end() && it->first < e) it = map_.erase(it);
     }
 
-    mutable std::shared_mutex mutex_;
+    friend struct fork_guard<placed_buffers>;
+    mutable std::shared_mutex mutex;
     std::map<std::uintptr_t, entry> map_;
     std::atomic<std::size_t> size_{0};
 };
+
+// Fork handlers registered at static initialisation, before the small-object heap's (detail/heap.hpp
+// includes this header first): prepare handlers run in reverse order, so the heap's fork gates close
+// first (a thread inside a heap gate may unmap, which takes this record's lock), then this lock.
+struct placed_buffers_fork_handlers {
+    placed_buffers_fork_handlers() noexcept { fork_guard<placed_buffers>::install(); }
+};
+inline const placed_buffers_fork_handlers placed_buffers_fork_handlers_registered{};
 
 /// \returns the split `for_bytes(bytes)` of the layout the buffer at `data` follows: a re-placement's if
 /// `replace` changed it (and the buffer still has `bytes`), otherwise `allocated` (the allocator's split).

@@ -1,0 +1,132 @@
+// Fork while other threads hold numaplace's process-wide locks (interning registries, the placed-buffer
+// record, the degradation log): the child's only thread must still build partitions and placements,
+// allocate partitioned memory and record degradations without deadlocking (detail/fork_guard.hpp).
+// A child that deadlocks is killed by its alarm and fails the test.
+
+#include <numaplace/allocator.hpp>
+#include <numaplace/parallel_for.hpp>
+#include <numaplace/where.hpp>
+#include <numaplace/partition.hpp>
+#include <numaplace/placement.hpp>
+#include <numaplace/topology.hpp>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstddef>
+#include <thread>
+#include <vector>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace np = numaplace;
+
+namespace {
+
+// What a forked child does: everything that takes a registry lock. \returns the exit code (0: all exact).
+int child_work(std::size_t salt) {
+    alarm(10); // a deadlock ends in SIGALRM, seen by the parent
+    const np::node_set nodes = np::topology::get().with_cpus();
+    std::vector<std::size_t> w(nodes.size(), 1000003 + salt); // a weight no one interned yet: an insert
+    np::partition<double> p(4096, nodes, w);
+    if (p.size() != 4096 || p.blocks().back().end != 4096) return 2;
+    np::interleaved il(nodes, std::vector<std::size_t>(nodes.size(), 7));
+    if (il.nodes() != nodes) return 3;
+    {
+        std::vector<double, np::partitioned_allocator<double>> v(100000, 1.5, np::partitioned_allocator<double>(p));
+        if (v[99999] != 1.5) return 4;
+    }
+    np::detail::degradation_log::instance().record("attack-fork child");
+    if (np::degradations().empty()) return 5;
+    return 0;
+}
+
+} // namespace
+
+TEST(AttackFork, ChildOfBusyProcessDoesNotDeadlockOnRegistries) {
+    // Function-local statics (the topology, each registry) must be initialised before forking: a child
+    // forked while another thread is inside a static initialiser waits for it forever (C++ guard).
+    ASSERT_EQ(child_work(1u << 20), 0);
+    alarm(0);
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> busy;
+    // interning: every iteration inserts a new layout (weights never seen before)
+    busy.emplace_back([&] {
+        const np::node_set nodes = np::topology::get().with_cpus();
+        for (std::size_t i = 1; !stop.load(std::memory_order_relaxed); ++i) {
+            np::partition<float> p(1000, nodes, std::vector<std::size_t>(nodes.size(), i));
+            (void)p;
+        }
+    });
+    // the placed-buffer record: partitioned mappings come and go
+    busy.emplace_back([&] {
+        const np::partition<double> p(1 << 14);
+        while (!stop.load(std::memory_order_relaxed)) {
+            std::vector<double, np::partitioned_allocator<double>> v(1 << 14, np::partitioned_allocator<double>(p));
+            (void)v;
+        }
+    });
+    // the degradation log
+    busy.emplace_back([&] {
+        while (!stop.load(std::memory_order_relaxed)) np::detail::degradation_log::instance().record("attack-fork busy");
+    });
+
+    int failures = 0, forks = 0;
+    for (int i = 0; i < 40; ++i) {
+        const pid_t pid = fork();
+        ASSERT_NE(pid, -1);
+        if (pid == 0) _exit(child_work(static_cast<std::size_t>(i)));
+        ++forks;
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            ++failures;
+            if (WIFSIGNALED(status)) ADD_FAILURE() << "child " << i << " killed by signal " << WTERMSIG(status);
+            else ADD_FAILURE() << "child " << i << " exited " << WEXITSTATUS(status);
+            if (failures > 2) break;
+        }
+    }
+    stop = true;
+    for (auto& t : busy) t.join();
+    EXPECT_EQ(forks, 40);
+    EXPECT_EQ(failures, 0);
+}
+
+TEST(AttackFork, ChildAfterOneTbbStartedUsesNonTbbCalls) {
+    // oneTBB is started (its workers exist) and a thread keeps using the small-object heap; a forked
+    // child must not use oneTBB, but allocators, where and partitions must work there.
+    np::parallel_for(np::partition<int>(100000), [](np::subrange) {});
+    ASSERT_EQ(child_work(2u << 20), 0);
+    alarm(0);
+    std::atomic<bool> stop{false};
+    std::thread small([&] {
+        np::node_allocator<int> a(np::topology::get().with_cpus()[0]);
+        while (!stop.load(std::memory_order_relaxed)) {
+            std::vector<int, np::node_allocator<int>> v(7, 1, a);
+            (void)v;
+        }
+    });
+    int failures = 0;
+    for (int i = 0; i < 20 && failures == 0; ++i) {
+        const pid_t pid = fork();
+        ASSERT_NE(pid, -1);
+        if (pid == 0) {
+            alarm(10);
+            std::vector<int, np::node_allocator<int>> v(7, 3, np::node_allocator<int>(np::topology::get().with_cpus()[0]));
+            const np::page_histogram h = np::where(v.data(), v.size() * sizeof(int));
+            _exit(v[6] == 3 && h.pages == 1 ? child_work(static_cast<std::size_t>(3000 + i)) : 9);
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            ++failures;
+            ADD_FAILURE() << "child " << i << (WIFSIGNALED(status) ? " killed by signal " : " exited ")
+                          << (WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+        }
+    }
+    stop = true;
+    small.join();
+    EXPECT_EQ(failures, 0);
+}
