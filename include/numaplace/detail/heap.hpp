@@ -8,8 +8,11 @@
 // - A class's blocks live in spans: mappings of a power-of-two size aligned to that size (64 KiB for
 //   blocks up to 4 KiB, else the power of two >= 8 blocks), so `block & ~(span_bytes - 1)` is the
 //   span's header. Freed blocks go on an intrusive list in their span; a span whose last block comes
-//   back is kept for reuse (2 MiB resident, more with its pages released by MADV_DONTNEED while they
-//   are at most a quarter of the spans in use) and unmapped beyond: all freed, a heap keeps 2 MiB.
+//   back first stays listed as a spare of its class (blocks where they were, pages resident) while the
+//   heap's spares are at most half the bytes of its other spans (4 MiB floor); beyond that it is kept
+//   for reuse by any class (2 MiB resident, more with its pages released by MADV_DONTNEED while they
+//   are at most a quarter of the spans in use) and unmapped beyond. Spares above the limit go back on
+//   their class's next free (a class never freed into again keeps its spares: not yet bounded).
 // - Heaps per node and source: bind-strict, bind-degrading, prefer-strict, prefer-degrading. A span
 //   of a strict heap is used only when its policy (MPOL_BIND / MPOL_PREFERRED to the node) was set;
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
@@ -26,6 +29,7 @@
 #include "linux.hpp"
 
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
@@ -86,6 +90,7 @@ struct heap_span {
     std::uint16_t cls;
     bool listed; // in its class's list of spans with blocks to give
     bool bound;  // the heap's policy is in force on it
+    bool spare;  // empty, kept listed (counted in the heap's spare bytes)
 };
 
 struct heap_class_info {
@@ -143,6 +148,10 @@ public:
                 s = new_span(c);
                 link(c, s);
             }
+            if (s->spare) { // an empty spare span in use again
+                s->spare = false;
+                spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+            }
             while (n < want && s->free) {
                 heap_block* b = s->free;
                 s->free = b->next;
@@ -178,10 +187,25 @@ public:
             s->free = b;
             if (!s->listed) link(c, s);
             if (--s->live == 0) {
+                if (keep_spare(s->bytes)) { // stays listed, its blocks and pages as they are
+                    s->spare = true;
+                    continue;
+                }
                 unlink(c, s);
                 release(s);
             }
         }
+        if (spare_bytes_.load(std::memory_order_relaxed) > spare_limit()) // the live set shrank
+            for (heap_span* s = partial_[c]; s && spare_bytes_.load(std::memory_order_relaxed) > spare_limit();) {
+                heap_span* next = s->next;
+                if (s->spare) {
+                    s->spare = false;
+                    spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+                    unlink(c, s);
+                    release(s);
+                }
+                s = next;
+            }
     }
 
     /// \effects closes the heap before a fork: then no thread is inside take or give, so none holds a
@@ -212,6 +236,26 @@ private:
         pthread_rwlock_t& gate;
     };
     static constexpr std::size_t cache_floor = std::size_t(2) << 20;
+    static constexpr std::size_t spare_floor = std::size_t(4) << 20;
+
+    // An emptied span stays listed as a spare of its class (not re-carved: a block is reused where it
+    // was, its pages still resident, no madvise, no fault) while the heap's spares are at most half of
+    // the bytes of its spans with blocks out, or 4 MiB. A class whose live count swings around a span
+    // boundary (a mixed workload) then neither gives pages back nor faults them in again. When the
+    // live set shrinks, a class's next free gives its spares beyond that limit back.
+    std::size_t spare_limit() const noexcept {
+        const std::size_t used = in_use_.load(std::memory_order_relaxed), spare = spare_bytes_.load(std::memory_order_relaxed);
+        const std::size_t live = used > spare ? used - spare : 0;
+        return live / 2 > spare_floor ? live / 2 : spare_floor;
+    }
+    bool keep_spare(std::size_t bytes) noexcept {
+        const std::size_t limit = spare_limit();
+        std::size_t cur = spare_bytes_.load(std::memory_order_relaxed);
+        do {
+            if (cur + bytes > limit) return false;
+        } while (!spare_bytes_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+        return true;
+    }
 
     void link(std::size_t c, heap_span* s) noexcept {
         s->prev = nullptr;
@@ -237,7 +281,10 @@ private:
     static std::size_t bucket(std::size_t bytes) noexcept {
         return static_cast<std::size_t>(__builtin_ctzll(bytes)) - 16; // 64 KiB .. 8 MiB: 0 .. 7
     }
-    std::size_t cold_limit() const noexcept { return in_use_ / 4 > cache_floor ? in_use_ / 4 : cache_floor; }
+    std::size_t cold_limit() const noexcept {
+        const std::size_t used = in_use_.load(std::memory_order_relaxed);
+        return used / 4 > cache_floor ? used / 4 : cache_floor;
+    }
     void release(heap_span* s) noexcept {
         std::lock_guard<std::mutex> lock(span_mutex_);
         in_use_ -= s->bytes;
@@ -311,6 +358,7 @@ private:
         s->cls = static_cast<std::uint16_t>(c);
         s->listed = false;
         s->bound = bound;
+        s->spare = false;
         in_use_ += s->bytes;
         return s;
     }
@@ -321,11 +369,12 @@ private:
     std::mutex class_mutex_[heap_class_count]; // guards partial_[c] and the spans of class c
     std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)
     heap_span* partial_[heap_class_count] = {};
+    std::atomic<std::size_t> spare_bytes_{0};
     static constexpr std::size_t span_buckets = 8;
     heap_span* hot_[span_buckets] = {};
     heap_span* cold_[span_buckets] = {};
     std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
-    std::size_t in_use_ = 0; // bytes of spans with blocks out
+    std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
 };
 
 /// Every node's heaps, made once per process (never destroyed: containers with static storage may
