@@ -9,7 +9,7 @@
 //   blocks up to 4 KiB, else the power of two >= 8 blocks), so `block & ~(span_bytes - 1)` is the
 //   span's header. Freed blocks go on an intrusive list in their span; a span whose last block comes
 //   back first stays listed as a spare of its class (blocks where they were, pages resident) while the
-//   heap's spares are at most half the bytes of its other spans (4 MiB floor); beyond that it is kept
+//   heap's spares are at most half the bytes of its other spans (1 MiB floor); beyond that it is kept
 //   for reuse by any class (2 MiB resident, more with its pages released by MADV_DONTNEED while they
 //   are at most a quarter of the spans in use) and unmapped beyond. Spares above the limit go back on
 //   their class's next free (a class never freed into again keeps its spares: not yet bounded).
@@ -236,7 +236,7 @@ private:
         pthread_rwlock_t& gate;
     };
     static constexpr std::size_t cache_floor = std::size_t(2) << 20;
-    static constexpr std::size_t spare_floor = std::size_t(4) << 20;
+    static constexpr std::size_t spare_floor = std::size_t(1) << 20;
 
     // An emptied span stays listed as a spare of its class (not re-carved: a block is reused where it
     // was, its pages still resident, no madvise, no fault) while the heap's spares are at most half of
