@@ -350,7 +350,10 @@ TEST(heap, memory_goes_back_after_free_and_a_phase_change_does_not_double_it) {
     GTEST_SKIP() << "ThreadSanitizer keeps the shadow of freed memory resident (the release build runs this)";
 #endif
     const int code = run_child([] {
-        const std::size_t tolerance = 8 * mib, volume = (sanitized ? 64 : 256) * mib;
+        // 8 MiB: 4 MiB of thread cache + 2 MiB of hot empty spans + 1 MiB of spares + slack. Under a
+        // sanitizer the runtime's own allocator (ASan's quarantine of the test's std:: allocations) adds
+        // resident memory that is not ours: 16 MiB there; the release build asserts the 8 MiB contract.
+        const std::size_t tolerance = (sanitized ? 16 : 8) * mib, volume = (sanitized ? 64 : 256) * mib;
         node_allocator<char> a(0);
         auto fill = [&](std::size_t size) { // a linked list through the blocks: no side storage
             void* head = nullptr;
