@@ -4,6 +4,8 @@
 #include <numaplace/allocator.hpp>
 #include <numaplace/where.hpp>
 
+#include "smaps.hpp"
+
 #include <gtest/gtest.h>
 
 #include <seccomp.hpp>
@@ -337,27 +339,8 @@ TEST(allocator, small_blocks_cross_threads_without_loss) {
 }
 
 namespace {
-// A field of /proc/self/smaps for the mapping that contains p: "AnonHugePages" (kB, as text) or
-// "VmFlags" (two-letter flags: "hg" = MADV_HUGEPAGE, "nh" = MADV_NOHUGEPAGE).
-std::string smaps_field(const void* p, const std::string& field) {
-    std::ifstream in("/proc/self/smaps");
-    std::string line;
-    const auto addr = reinterpret_cast<std::uintptr_t>(p);
-    bool inside = false;
-    while (std::getline(in, line)) {
-        unsigned long lo = 0, hi = 0;
-        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
-            inside = lo <= addr && addr < hi;
-            continue;
-        }
-        if (inside && line.compare(0, field.size() + 1, field + ":") == 0) return line.substr(field.size() + 1);
-    }
-    return "";
-}
-bool has_vm_flag(const void* p, const char* flag) {
-    const std::string flags = " " + smaps_field(p, "VmFlags") + " ";
-    return flags.find(std::string(" ") + flag + " ") != std::string::npos;
-}
+using numaplace_test::has_vm_flag;
+using numaplace_test::smaps_field;
 std::size_t anon_huge_kb(const void* p) { return std::strtoull(smaps_field(p, "AnonHugePages").c_str(), nullptr, 10); }
 } // namespace
 

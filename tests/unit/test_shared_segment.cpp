@@ -6,6 +6,8 @@
 
 #include "seccomp.hpp"
 
+#include "smaps.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -113,22 +115,7 @@ TEST(shared_segment, layout_offsets_are_whole_pages_in_order) {
 }
 
 namespace {
-// The VmFlags of the mapping that contains p (/proc/self/smaps): "nh" = MADV_NOHUGEPAGE.
-bool has_vm_flag(const void* p, const std::string& flag) {
-    std::ifstream in("/proc/self/smaps");
-    std::string line;
-    const auto addr = reinterpret_cast<std::uintptr_t>(p);
-    bool inside = false;
-    while (std::getline(in, line)) {
-        unsigned long lo = 0, hi = 0;
-        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
-            inside = lo <= addr && addr < hi;
-            continue;
-        }
-        if (inside && line.compare(0, 8, "VmFlags:") == 0) return (line + " ").find(" " + flag + " ") != std::string::npos;
-    }
-    return false;
-}
+using numaplace_test::has_vm_flag;
 } // namespace
 
 TEST(shared_segment, huge_pages_kept_off_unless_edges_are_huge_aligned) {
