@@ -584,14 +584,14 @@ template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) {
     detail::run_blocks(part.untyped(), [&body, grain](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
-        NUMAPLACE_HANDOVER_RELEASE();
-        tbb::parallel_for(tbb::blocked_range<std::size_t>(b.begin, b.end, grain),
-                          [&body, node](const tbb::blocked_range<std::size_t>& r) {
-                              NUMAPLACE_HANDOVER_ACQUIRE();
-                              detail::scoped_block_node mark(node);
-                              detail::call_body(body, r.begin(), r.end(), node);
-                              NUMAPLACE_HANDOVER_RELEASE();
-                          });
+        const auto run = [&body, node](const tbb::blocked_range<std::size_t>& r) {
+            NUMAPLACE_HANDOVER_ACQUIRE();
+            detail::scoped_block_node mark(node);
+            detail::call_body(body, r.begin(), r.end(), node);
+            NUMAPLACE_HANDOVER_RELEASE();
+        };
+        NUMAPLACE_HANDOVER_RELEASE(); // after the closure is written: workers read it (oneTBB keeps a reference)
+        tbb::parallel_for(tbb::blocked_range<std::size_t>(b.begin, b.end, grain), run);
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
 }
@@ -633,22 +633,21 @@ R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Comb
     detail::run_blocks(part.untyped(), [&](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
         const auto k = static_cast<std::size_t>(std::lower_bound(nodes.begin(), nodes.end(), b.node) - nodes.begin());
-        NUMAPLACE_HANDOVER_RELEASE();
-        partial[k] = tbb::parallel_reduce(
-            tbb::blocked_range<std::size_t>(b.begin, b.end, grain), identity,
-            [&body, node](const tbb::blocked_range<std::size_t>& r, R acc) {
-                NUMAPLACE_HANDOVER_ACQUIRE();
-                detail::scoped_block_node mark(node);
-                R result = body(subrange(r.begin(), r.end(), node), std::move(acc));
-                NUMAPLACE_HANDOVER_RELEASE();
-                return result;
-            },
-            [&combine](R x, R y) {
-                NUMAPLACE_HANDOVER_ACQUIRE();
-                R result = combine(std::move(x), std::move(y));
-                NUMAPLACE_HANDOVER_RELEASE();
-                return result;
-            });
+        const auto reduce = [&body, node](const tbb::blocked_range<std::size_t>& r, R acc) {
+            NUMAPLACE_HANDOVER_ACQUIRE();
+            detail::scoped_block_node mark(node);
+            R result = body(subrange(r.begin(), r.end(), node), std::move(acc));
+            NUMAPLACE_HANDOVER_RELEASE();
+            return result;
+        };
+        const auto join = [&combine](R x, R y) {
+            NUMAPLACE_HANDOVER_ACQUIRE();
+            R result = combine(std::move(x), std::move(y));
+            NUMAPLACE_HANDOVER_RELEASE();
+            return result;
+        };
+        NUMAPLACE_HANDOVER_RELEASE(); // after the closures are written: oneTBB's workers read them by reference
+        partial[k] = tbb::parallel_reduce(tbb::blocked_range<std::size_t>(b.begin, b.end, grain), identity, reduce, join);
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
     R result = identity;
