@@ -197,10 +197,14 @@ struct peer_malloc {
 using jemalloc = peer_malloc<jemalloc_peer>;
 using mimalloc = peer_malloc<mimalloc_peer>;
 using tbbmalloc = peer_malloc<tbbmalloc_peer>;
-struct node_alloc {
+struct node_alloc { // one allocator object, as a container keeps one (not one per call)
+    static const numaplace::node_allocator<char>& a() {
+        static const numaplace::node_allocator<char> alloc(0);
+        return alloc;
+    }
     static bool ready(benchmark::State&) { return true; }
-    static void* get(std::size_t n) { return numaplace::node_allocator<char>(0).allocate(n); }
-    static void put(void* p, std::size_t n) { numaplace::node_allocator<char>(0).deallocate(static_cast<char*>(p), n); }
+    static void* get(std::size_t n) { return numaplace::node_allocator<char>(a()).allocate(n); }
+    static void put(void* p, std::size_t n) { numaplace::node_allocator<char>(a()).deallocate(static_cast<char*>(p), n); }
 };
 
 // One cycle: allocate, write the first and the last byte (as a user does), free.
@@ -246,6 +250,9 @@ void reset_peak_resident() { // "5" to clear_refs resets VmHWM (Linux >= 4.0)
 // Mixed: 1024 live blocks of random sizes, log-uniform 16 B..1 MiB; each operation frees a random
 // slot's block and puts a new one there. With 2 threads the slots are shared, so about half the frees
 // are of the other thread's blocks. Counters: peak and final resident MiB above the start.
+// A fixed iteration count (one run, no calibration runs) and, for the RSS counters, one allocator per
+// process (benchmarks/run_allocation.sh): an allocator that keeps what an earlier run freed (glibc keeps
+// its heap) otherwise starts the next run with those pages resident and shows a peak of a few MiB.
 constexpr std::size_t mixed_slots = 1024;
 struct mixed_state {
     std::atomic<char*> block[mixed_slots];
@@ -260,7 +267,17 @@ std::size_t mixed_size(std::mt19937_64& rng) {
     const double lg = std::uniform_real_distribution<double>(4.0, 20.0)(rng);
     return static_cast<std::size_t>(std::exp2(lg));
 }
-template <class A>
+// How a block is used: its first and last byte (`sparse`: the allocator's bookkeeping dominates, and
+// resident memory counts mostly pages an allocator re-used rather than took fresh), or one write per
+// page (`every_page`: as a program that fills its buffers; resident memory is the allocator's footprint).
+enum class use { sparse, every_page };
+template <use U>
+void write_block(char* p, std::size_t n) {
+    p[0] = p[n - 1] = 1;
+    if (U == use::every_page)
+        for (std::size_t i = 4096; i < n; i += 4096) p[i] = 1;
+}
+template <class A, use U = use::sparse>
 void BM_Mixed(benchmark::State& state) {
     if (!A::ready(state)) return;
     mixed_state& m = mixed();
@@ -271,7 +288,7 @@ void BM_Mixed(benchmark::State& state) {
         for (std::size_t i = 0; i < mixed_slots; ++i) {
             const std::size_t n = mixed_size(rng);
             auto* p = static_cast<char*>(A::get(n));
-            p[0] = p[n - 1] = 1;
+            write_block<U>(p, n);
             m.size[i] = n;
             m.block[i] = p;
         }
@@ -279,7 +296,7 @@ void BM_Mixed(benchmark::State& state) {
     for (auto _ : state) {
         const std::size_t n = mixed_size(rng);
         auto* p = static_cast<char*>(A::get(n));
-        p[0] = p[n - 1] = 1;
+        write_block<U>(p, n);
         const std::size_t i = rng() % mixed_slots;
         // the slot's block and size go together: take the block (nullptr marks it busy), then the size
         char* old = m.block[i].exchange(nullptr);
@@ -320,12 +337,19 @@ NUMAPLACE_CYCLE(glibc_malloc);
 NUMAPLACE_CYCLE(jemalloc);
 NUMAPLACE_CYCLE(mimalloc);
 NUMAPLACE_CYCLE(tbbmalloc);
-#define NUMAPLACE_MIXED(A) BENCHMARK_TEMPLATE(BM_Mixed, A)->Threads(1)->Threads(2)->UseRealTime()->MinTime(0.5)
+#define NUMAPLACE_MIXED(A) BENCHMARK_TEMPLATE(BM_Mixed, A)->Threads(1)->Threads(2)->UseRealTime()->Iterations(1000000)
 NUMAPLACE_MIXED(node_alloc);
 NUMAPLACE_MIXED(glibc_malloc);
 NUMAPLACE_MIXED(jemalloc);
 NUMAPLACE_MIXED(mimalloc);
 NUMAPLACE_MIXED(tbbmalloc);
+#define NUMAPLACE_MIXED_PAGES(A)                                                                              \
+    BENCHMARK_TEMPLATE(BM_Mixed, A, use::every_page)->Name("BM_MixedEveryPage<" #A ">")->Threads(1)->Threads(2)->UseRealTime()->Iterations(300000)
+NUMAPLACE_MIXED_PAGES(node_alloc);
+NUMAPLACE_MIXED_PAGES(glibc_malloc);
+NUMAPLACE_MIXED_PAGES(jemalloc);
+NUMAPLACE_MIXED_PAGES(mimalloc);
+NUMAPLACE_MIXED_PAGES(tbbmalloc);
 // jemalloc uses initial-exec TLS, which dlopen can only serve from glibc's static TLS surplus: the
 // benchmark re-executes itself once with a larger surplus (glibc.rtld.optional_static_tls).
 int main(int argc, char** argv) {

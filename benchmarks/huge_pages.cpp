@@ -6,15 +6,13 @@
 // (/proc/self/smaps AnonHugePages). Run interleaved:
 //   bench_huge_pages --benchmark_enable_random_interleaving=true --benchmark_repetitions=10
 #include "dgemv_kernel.hpp"
+#include "smaps.hpp" // tests/support: the smaps reader the unit tests use
 
 #include <numaplace/numaplace.hpp>
 
 #include <benchmark/benchmark.h>
 
-#include <cstdint>
-#include <cstdio>
-#include <fstream>
-#include <string>
+#include <cstddef>
 
 namespace {
 using numaplace::edge_alignment;
@@ -22,21 +20,7 @@ using numaplace::partition;
 
 // Bytes of [p, p + bytes) mappings backed by anonymous huge pages (whole mappings that contain p).
 double huge_fraction(const void* p, std::size_t bytes) {
-    std::ifstream in("/proc/self/smaps");
-    std::string line;
-    const auto addr = reinterpret_cast<std::uintptr_t>(p);
-    bool inside = false;
-    while (std::getline(in, line)) {
-        unsigned long lo = 0, hi = 0;
-        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
-            inside = lo <= addr && addr < hi;
-            continue;
-        }
-        std::size_t kb = 0;
-        if (inside && std::sscanf(line.c_str(), "AnonHugePages: %zu kB", &kb) == 1)
-            return static_cast<double>(kb) * 1024.0 / static_cast<double>(bytes);
-    }
-    return 0;
+    return static_cast<double>(numaplace_test::smaps_kb(p, "AnonHugePages")) * 1024.0 / static_cast<double>(bytes);
 }
 
 constexpr std::size_t stream_n = std::size_t(1) << 25; // 3 x 256 MiB

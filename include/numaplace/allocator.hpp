@@ -8,15 +8,15 @@
 ///
 /// Pooled vs own mapping (detail::placed_allocate): `node_allocator` serves blocks up to 1 MiB from the
 /// node's heap (size classes, per-thread caches, spans bound to the node and given back when empty;
-/// `node_pool` is the same heap as a std::pmr resource); other placements pool blocks below a page at
-/// their home node. Larger blocks are their own mapping, placed page by page and aligned to
-/// `alignof(T)`. `benchmarks/allocation.cpp` measures both paths.
+/// `node_pool` in pmr.hpp is the same heap as a std::pmr resource); other placements pool blocks below a
+/// page at their home node. Larger blocks are their own mapping, placed page by page and aligned to
+/// `alignof(T)`. `benchmarks/allocation.cpp` measures both paths. Nothing here needs pmr.hpp, so this
+/// header does not include it, nor <memory_resource> (tests/header_deps checks both).
 
 #include "detail/heap.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
-#include "pmr.hpp"
 #include "topology.hpp"
 
 #include <cstddef>

@@ -4,7 +4,8 @@
 /// \file
 /// Mechanism: map, bind, touch and unmap page ranges, and account for node memory. The one place that
 /// calls mmap, mbind and set_mempolicy. Nothing here decides between throwing and degrading: every
-/// function returns 0 or an errno, and the placements (placement.hpp) decide what a refusal means.
+/// function returns 0 or an errno, and the placements (placement.hpp) decide what a refusal means. It
+/// sits below partitions and placements and includes neither (tests/header_deps checks partition.hpp).
 ///
 /// Capacity contract (every policy, every fallback, the pooled heap included): a policy accepted by
 /// the kernel for more memory than its nodes can give OOM-kills or SIGBUSes at first touch, so a
@@ -20,7 +21,6 @@
 /// before anything is mapped.
 
 #include "detail/linux.hpp"
-#include "detail/placed.hpp"
 #include "error.hpp"
 #include "topology.hpp"
 
@@ -88,14 +88,24 @@ inline void* map(std::size_t bytes, std::size_t alignment = numaplace::detail::p
 
 namespace detail {
 inline void forget_reservations(void* p, std::size_t length) noexcept;
-}
 
-/// \effects unmaps what `map(bytes, ...)` returned and drops its reservations (see `admit`). Never allocates.
+/// What `unmap` tells about every range just before unmapping it, or null. Records keyed by address
+/// that live above this layer subscribe here (detail/placed.hpp, the record of partitioned buffers, when
+/// it is created), so that every unmap, whoever calls it (allocators, the heap, pmr resources, a user's
+/// memory::allocate), drops their entries before the address can be mapped again, without this header
+/// knowing what they record. Constant-initialised: valid during static initialisation and destruction.
+using unmap_observer_fn = void (*)(const void* p, std::size_t length) noexcept;
+inline std::atomic<unmap_observer_fn> unmap_observer{nullptr};
+} // namespace detail
+
+/// \effects unmaps what `map(bytes, ...)` returned and drops its reservations (see `admit`) and anything
+/// recorded for it (see `detail::unmap_observer`). Never allocates.
 inline void unmap(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     const std::size_t length = page_round(bytes == 0 ? 1 : bytes);
     detail::forget_reservations(p, length);
-    numaplace::detail::placed_buffers::instance().released(p, length); // before: the address may be reused
+    // before munmap: once unmapped, the address may be reused by another thread's mapping
+    if (const auto observer = detail::unmap_observer.load(std::memory_order_acquire)) observer(p, length);
     ::munmap(p, length);
 }
 

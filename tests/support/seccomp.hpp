@@ -1,39 +1,23 @@
 // Test support: run a function in a forked child whose memory-policy system calls (mbind,
 // set_mempolicy, migrate_pages, move_pages as asked) fail with EPERM, as under a container's seccomp
-// profile. Returns the child's exit status (or 128 + signal).
+// profile. Returns the child's exit status (or 128 + signal). The filter itself: seccomp_filter.hpp.
 #ifndef NUMAPLACE_TESTS_SECCOMP_HPP_INCLUDED
 #define NUMAPLACE_TESTS_SECCOMP_HPP_INCLUDED
 
-#include <cerrno>
-#include <cstddef>
+#include "seccomp_filter.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
 #include <functional>
+#include <string>
 #include <vector>
 
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 namespace numaplace_test {
-
-/// Installs the filter on the calling thread (and the threads it creates later); with `all_threads`,
-/// on every thread of the process at once (SECCOMP_FILTER_FLAG_TSYNC), as a sandbox applied after
-/// start-up would.
-inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_threads = false) {
-    std::vector<sock_filter> prog;
-    prog.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))));
-    for (long nr : numbers) {
-        prog.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), 0, 1));
-        prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)));
-    }
-    prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
-    sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
-    if (all_threads) return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) == 0;
-    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
-}
 
 /// The system call behind every thread pinning (hwloc_set_cpubind, tbbbind, taskset).
 inline const std::vector<long>& cpu_binding_syscalls() {
@@ -62,6 +46,27 @@ inline int run_denied(const std::vector<long>& numbers, const std::function<int(
     int status = 0;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/// For a test that must run in a process started under the filter (so that what a process does once,
+/// topology's capability probe above all, runs under it too, as in a container), written
+/// `if (numaplace_test::rerun_started_under_seccomp()) return;` at its top. In the test binary: re-runs
+/// this very test (gtest filter) in a child that installs the filter and execs the binary again, expects
+/// it to exit 0 (its gtest output shows above), and \returns true. In that child (marked by
+/// NUMAPLACE_TEST_UNDER_SECCOMP): \returns false, and the test body runs under the filter.
+inline bool rerun_started_under_seccomp(const std::vector<long>& numbers = memory_policy_syscalls()) {
+    if (std::getenv("NUMAPLACE_TEST_UNDER_SECCOMP") != nullptr) return false;
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
+    const int code = run_denied(numbers, [&filter] {
+        setenv("NUMAPLACE_TEST_UNDER_SECCOMP", "1", 1);
+        char self[] = "/proc/self/exe";
+        char* argv[] = {self, filter.data(), nullptr};
+        execv(self, argv);
+        return 93; // exec failed
+    });
+    EXPECT_EQ(code, 0) << "the test failed in the sandboxed child (see its output above)";
+    return true;
 }
 
 } // namespace numaplace_test

@@ -1,10 +1,13 @@
-// Test support: fields of /proc/self/smaps for the mapping that contains an address.
+// Test support: fields of /proc/self/smaps for the mapping that contains an address. Plain C++ (no gtest,
+// no numaplace): bench_huge_pages reads its huge-page counter through it too.
 #ifndef NUMAPLACE_TESTS_SMAPS_HPP_INCLUDED
 #define NUMAPLACE_TESTS_SMAPS_HPP_INCLUDED
 
 #include <iterator> // first: libstdc++ 12's _GLIBCXX_DEBUG header-order bug (see error.hpp)
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -26,6 +29,11 @@ inline std::string smaps_field(const void* p, const std::string& field) {
         if (inside && line.compare(0, field.size() + 1, field + ":") == 0) return line.substr(field.size() + 1);
     }
     return "";
+}
+
+/// \returns the kB of a size field ("AnonHugePages", "Rss"), 0 if p is in no mapping.
+inline std::size_t smaps_kb(const void* p, const std::string& field) {
+    return std::strtoull(smaps_field(p, field).c_str(), nullptr, 10);
 }
 
 /// \returns whether the mapping containing p has VmFlag `flag` ("hg" MADV_HUGEPAGE, "nh" MADV_NOHUGEPAGE).

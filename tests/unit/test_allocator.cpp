@@ -13,10 +13,7 @@
 #include <cerrno>
 #include <algorithm>
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <type_traits>
 #include <thread>
@@ -341,7 +338,7 @@ TEST(allocator, small_blocks_cross_threads_without_loss) {
 namespace {
 using numaplace_test::has_vm_flag;
 using numaplace_test::smaps_field;
-std::size_t anon_huge_kb(const void* p) { return std::strtoull(smaps_field(p, "AnonHugePages").c_str(), nullptr, 10); }
+using numaplace_test::smaps_kb;
 } // namespace
 
 TEST(allocator, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) {
@@ -364,7 +361,7 @@ TEST(allocator, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) 
     EXPECT_EQ(has_vm_flag(a, "hg"), thp == "madvise") << smaps_field(a, "VmFlags");
     EXPECT_FALSE(has_vm_flag(a, "nh")) << smaps_field(a, "VmFlags");
     EXPECT_EQ(has_vm_flag(b, "nh"), thp_on) << smaps_field(b, "VmFlags");
-    EXPECT_EQ(anon_huge_kb(b), 0u) << "small-page edges keep huge pages off";
+    EXPECT_EQ(smaps_kb(b, "AnonHugePages"), 0u) << "small-page edges keep huge pages off";
     // (whether the kernel then finds free huge pages for `a` is its business: bench_huge_pages reports it)
     with_huge.deallocate(a, bytes);
     with_small.deallocate(b, bytes);

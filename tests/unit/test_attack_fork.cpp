@@ -95,6 +95,13 @@ TEST(AttackFork, ChildOfBusyProcessDoesNotDeadlockOnRegistries) {
 }
 
 TEST(AttackFork, ChildAfterOneTbbStartedUsesNonTbbCalls) {
+#ifdef _GLIBCXX_DEBUG
+    // libstdc++'s debug mode guards every container with a process-wide mutex pool that has no fork
+    // handlers: the parent's thread building std::vectors holds one at fork about a third of the time and
+    // the child then hangs in std::vector's constructor (gdb: _Safe_sequence_base::_M_swap), before any
+    // numaplace code. The release, ASan and TSan builds run this test.
+    GTEST_SKIP() << "libstdc++ debug mode is not fork-safe with a second thread using containers";
+#endif
     // oneTBB is started (its workers exist) and a thread keeps using the small-object heap; a forked
     // child must not use oneTBB, but allocators, where and partitions must work there.
     np::parallel_for(np::partition<int>(100000), [](np::subrange) {});

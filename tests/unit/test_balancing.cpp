@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <sstream>
 
@@ -111,18 +110,7 @@ TEST(balancing, strict_throws_and_degrading_records_under_seccomp) {
 
 TEST(balancing, capability_is_false_when_started_under_seccomp) {
     // Re-runs this test in a child started (exec) under the filter, so the probe itself runs under it.
-    if (std::getenv("NUMAPLACE_TEST_UNDER_SECCOMP") == nullptr) {
-        int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
-            setenv("NUMAPLACE_TEST_UNDER_SECCOMP", "1", 1);
-            char self[] = "/proc/self/exe";
-            char filter[] = "--gtest_filter=balancing.capability_is_false_when_started_under_seccomp";
-            char* argv[] = {self, filter, nullptr};
-            execv(self, argv);
-            return 93;
-        });
-        EXPECT_EQ(code, 0) << "the test failed in the sandboxed child (see its output above)";
-        return;
-    }
+    if (numaplace_test::rerun_started_under_seccomp()) return;
     const auto& caps = topology::get().capabilities();
     EXPECT_FALSE(caps.memory_binding);
     EXPECT_FALSE(caps.numa_balancing_bind);

@@ -13,9 +13,7 @@
 
 #include <seccomp.hpp>
 
-#include <cstdlib>
 #include <sstream>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstddef>
@@ -396,18 +394,7 @@ TEST(error, strict_placement_refused_by_the_kernel_is_placement_error) {
     // profiles do) must see memory_binding == false in its capabilities, and a strict placement must throw
     // placement_error with that errno, even for a small (pooled) allocation. The parent re-runs this very
     // test in such a process (this binary, filter installed before exec, so the probe runs under it).
-    if (std::getenv("NUMAPLACE_TEST_UNDER_SECCOMP") == nullptr) {
-        int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
-            setenv("NUMAPLACE_TEST_UNDER_SECCOMP", "1", 1);
-            char self[] = "/proc/self/exe";
-            char filter[] = "--gtest_filter=error.strict_placement_refused_by_the_kernel_is_placement_error";
-            char* argv[] = {self, filter, nullptr};
-            execv(self, argv);
-            return 93;
-        });
-        EXPECT_EQ(code, 0) << "the test failed in the sandboxed child (see its output above)";
-        return;
-    }
+    if (numaplace_test::rerun_started_under_seccomp()) return;
     const auto& caps = topology::get().capabilities();
     ASSERT_FALSE(caps.memory_binding);
     EXPECT_EQ(caps.memory_binding_errno, EPERM);

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
-#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -462,18 +461,7 @@ TEST(shared_segment, mapping_failure_releases_everything) {
 TEST(shared_segment, started_under_seccomp) {
     // A process started under a container-like filter (mbind, set_mempolicy refused): strict creation
     // throws EPERM; degrading creates a usable segment and records it. Re-runs this test after exec.
-    if (std::getenv("NUMAPLACE_TEST_UNDER_SECCOMP") == nullptr) {
-        int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
-            setenv("NUMAPLACE_TEST_UNDER_SECCOMP", "1", 1);
-            char self[] = "/proc/self/exe";
-            char filter[] = "--gtest_filter=shared_segment.started_under_seccomp";
-            char* argv[] = {self, filter, nullptr};
-            execv(self, argv);
-            return 93;
-        });
-        EXPECT_EQ(code, 0) << "the test failed in the sandboxed child (see its output above)";
-        return;
-    }
+    if (numaplace_test::rerun_started_under_seccomp()) return;
     EXPECT_FALSE(topology::get().capabilities().memory_binding);
     try {
         shared_segment::create(notes_layout());

@@ -5,14 +5,25 @@
 // placement, and node_pool.
 //
 // - 60 size classes, 16 B to 1 MiB: 16-byte steps to 128 B, then four classes per power of two.
-// - A class's blocks live in spans: mappings of a power-of-two size aligned to that size (64 KiB for
+// - Mid sizes (classes of whole pages from 4 pages = 16 KiB up to 1 MiB, at alignments up to a page)
+//   are page runs: carved best-fit from 8 MiB regions of the heap's node, and coalesced with their free
+//   neighbours when freed (boundary tags), so a freed 1 MiB block can serve four 256 KiB ones and the footprint follows
+//   the bytes in use, not the sum of each class's high-water mark. Free runs whose pages may be resident
+//   ("dirty", counted as the pages freed into them since their last purge) are bounded per heap by the
+//   run bytes in use (at least 1 MiB); beyond, the runs freed into longest ago are given back with
+//   MADV_DONTNEED until half the bound is left (they stay mapped and bound, so a later fault lands on
+//   the node again). A heap whose blocks are all freed therefore keeps at most 1 MiB of dirty runs; a
+//   busy one reuses its recent runs without page faults. One empty region is kept, others are
+//   unmapped. Run metadata lives in the region's header pages, never in a free run (whose pages would
+//   otherwise be faulted in again just to link it).
+// - The other classes' blocks live in spans: mappings of a power-of-two size aligned to that size (64 KiB for
 //   blocks up to 4 KiB, else the power of two >= 8 blocks), so `block & ~(span_bytes - 1)` is the
 //   span's header. Freed blocks go on an intrusive list in their span; a span whose last block comes
 //   back first stays listed as a spare of its class (blocks where they were, pages resident) while the
 //   heap's spares are at most half the bytes of its other spans (1 MiB floor); beyond that it is kept
 //   for reuse by any class (2 MiB resident, more with its pages released by MADV_DONTNEED while they
 //   are at most a quarter of the spans in use) and unmapped beyond. Spares above the limit go back on
-//   their class's next free (a class never freed into again keeps its spares: not yet bounded).
+//   their class's next free, or on a free into another class when its lock is free (try_lock).
 // - Heaps per node and source: bind-strict, bind-degrading, prefer-strict, prefer-degrading. A span
 //   of a strict heap is used only when its policy (MPOL_BIND / MPOL_PREFERRED to the node) was set;
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
@@ -74,6 +85,31 @@ inline std::size_t heap_class(std::size_t bytes, std::size_t alignment) noexcept
     return c;
 }
 
+/// Slots: what the thread caches and heaps are indexed by. Slot c < heap_class_count is class c in
+/// spans; slot heap_class_count + c is class c as page runs (blocks aligned to a page only).
+constexpr std::size_t heap_slots = 2 * heap_class_count;
+constexpr std::size_t heap_no_slot = heap_slots;
+/// The first class that can be a page run (16 KiB: four pages of 4 KiB, the smallest page size).
+constexpr std::size_t heap_run_first = 35;
+static_assert(heap_class_size(heap_run_first) == 16384, "the first run class is 16 KiB");
+/// \returns true if class `c` is served as page runs at alignments up to a page: whole pages, at least four.
+inline bool heap_run_class(std::size_t c) noexcept {
+    if (c < heap_run_first) return false;
+    const std::size_t page = page_size(), size = heap_class_size(c);
+    return size >= 4 * page && size % page == 0;
+}
+/// \returns the slot serving `bytes` at `alignment`, or heap_no_slot (own mapping).
+inline std::size_t heap_slot(std::size_t bytes, std::size_t alignment) noexcept {
+    // the common case inline: default alignment, a size below the run classes
+    if (alignment <= 16 && bytes < 16384) return heap_class_of(bytes == 0 ? 1 : bytes);
+    const std::size_t c = heap_class(bytes, alignment);
+    if (c == heap_no_class) return heap_no_slot;
+    return alignment <= page_size() && heap_run_class(c) ? heap_class_count + c : c;
+}
+constexpr std::size_t heap_class_of_slot(std::size_t slot) noexcept {
+    return slot >= heap_class_count ? slot - heap_class_count : slot;
+}
+
 struct heap_block {
     heap_block* next;
 };
@@ -127,17 +163,47 @@ inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
                                         ~(std::uintptr_t(heap_table.info[c].span_bytes) - 1));
 }
 
+/// Page runs. Per page of a region, in its header: a run's first and last page carry its length and
+/// state; a free run's first page also carries its links (in its bin's list) and how many of its pages
+/// may be resident (an upper bound: pages of blocks freed into it since it was last purged).
+struct run_meta {
+    std::uint32_t len;
+    std::uint32_t state;
+    std::uint32_t dirty;
+    std::uint32_t stamp; // when it was last freed into (a count of frees; age = now - stamp)
+    run_meta* next;
+    run_meta* prev;
+};
+constexpr std::uint32_t run_state_free = 1, run_state_used = 2;
+constexpr std::size_t run_region_bytes = std::size_t(8) << 20;
+constexpr std::size_t run_header = 64; // the region's fields; the run_meta array follows
+/// A region's header, at its start (size-aligned: a block's region is its address masked).
+struct run_region {
+    std::uint32_t pages; // pages of the region
+    std::uint32_t first; // first page after the header (the metadata)
+    std::uint32_t used;  // pages in runs handed out
+    bool bound;          // the heap's policy is in force on it
+    run_meta* meta() noexcept { return reinterpret_cast<run_meta*>(reinterpret_cast<char*>(this) + run_header); }
+    char* page_at(std::size_t i) noexcept { return reinterpret_cast<char*>(this) + i * page_size(); }
+};
+static_assert(sizeof(run_region) <= run_header, "region fields fit before the metadata");
+inline run_region* run_region_of(const void* p) noexcept {
+    return reinterpret_cast<run_region*>(reinterpret_cast<std::uintptr_t>(p) & ~(std::uintptr_t(run_region_bytes) - 1));
+}
+
 /// The central heap of one node and source.
 class node_heap {
 public:
     node_heap(int node, std::size_t source) : node_(node), source_(source) { init_gate(); }
 
-    /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list.
-    /// \returns how many (at least one). \throws placement_error when a new span is needed and cannot
-    /// be made (no memory on the node; a strict heap whose binding the kernel refuses).
-    std::size_t take(std::size_t c, std::size_t want, heap_block*& head) {
-        const heap_class_info& info = heap_table.info[c];
+    /// \effects hands out up to `want` (>= 1) blocks of slot `slot` (see heap_slot) as a list.
+    /// \returns how many (at least one). \throws placement_error when a new span or region is needed
+    /// and cannot be made (no memory on the node; a strict heap whose binding the kernel refuses).
+    std::size_t take(std::size_t slot, std::size_t want, heap_block*& head) {
         gate_pass pass(fork_gate_);
+        if (slot >= heap_class_count) return run_take(slot - heap_class_count, want, head);
+        const std::size_t c = slot;
+        const heap_class_info& info = heap_table.info[c];
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
         std::size_t n = 0;
         heap_block* list = nullptr;
@@ -174,11 +240,49 @@ public:
         return n;
     }
 
-    /// \effects takes back a null-terminated list of class `c`; spans left empty go back to the kernel
-    /// (or to the bounded cache). Never allocates.
-    void give(std::size_t c, heap_block* list) noexcept {
+    /// \effects takes back a null-terminated list of slot `slot`; spans and regions left empty go back
+    /// to the kernel (or to the bounded caches). Never allocates.
+    void give(std::size_t slot, heap_block* list) noexcept {
         gate_pass pass(fork_gate_);
-        std::lock_guard<std::mutex> lock(class_mutex_[c]);
+        if (slot >= heap_class_count) return run_give(slot - heap_class_count, list);
+        const std::size_t c = slot;
+        {
+            std::lock_guard<std::mutex> lock(class_mutex_[c]);
+            give_spans(c, list);
+        }
+        // Spares above the limit in classes not freed into (an idle class): given back when their
+        // lock is free now, never waited for (this thread may not hold two class locks).
+        for (std::size_t d = 0; d < heap_class_count && spare_bytes_.load(std::memory_order_relaxed) > spare_limit(); ++d) {
+            if (d == c) continue;
+            std::unique_lock<std::mutex> other(class_mutex_[d], std::try_to_lock);
+            if (other.owns_lock()) trim_spares(d);
+        }
+    }
+
+    /// \effects closes the heap before a fork: then no thread is inside take or give, so none holds a
+    /// class or span lock.
+    void close() noexcept { ::pthread_rwlock_wrlock(&fork_gate_); }
+    /// \effects reopens it after a fork: unlocks; in the child also makes the gate anew (glibc's rwlock
+    /// knows its writer by thread id, which differs in the child, so the unlock there only tells
+    /// ThreadSanitizer; the fresh gate is what glibc uses from then on).
+    void reopen(bool child) noexcept {
+        ::pthread_rwlock_unlock(&fork_gate_);
+        if (child) init_gate();
+    }
+
+    /// Bytes of page runs handed out, and of free runs whose pages may be resident (tests, reports).
+    std::size_t run_bytes_in_use() noexcept {
+        std::lock_guard<std::mutex> lock(run_mutex_);
+        return run_used_pages_ * page_size();
+    }
+    std::size_t run_bytes_dirty() noexcept {
+        std::lock_guard<std::mutex> lock(run_mutex_);
+        return run_dirty_pages_ * page_size();
+    }
+
+private:
+    // Class c's spans, under its lock.
+    void give_spans(std::size_t c, heap_block* list) noexcept {
         while (list) {
             heap_block* b = list;
             list = list->next;
@@ -195,31 +299,22 @@ public:
                 release(s);
             }
         }
-        if (spare_bytes_.load(std::memory_order_relaxed) > spare_limit()) // the live set shrank
-            for (heap_span* s = partial_[c]; s && spare_bytes_.load(std::memory_order_relaxed) > spare_limit();) {
-                heap_span* next = s->next;
-                if (s->spare) {
-                    s->spare = false;
-                    spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
-                    unlink(c, s);
-                    release(s);
-                }
-                s = next;
+        trim_spares(c); // the live set shrank
+    }
+    // Gives class c's spares back while the heap's spares are above the limit (under c's lock).
+    void trim_spares(std::size_t c) noexcept {
+        for (heap_span* s = partial_[c]; s && spare_bytes_.load(std::memory_order_relaxed) > spare_limit();) {
+            heap_span* next = s->next;
+            if (s->spare) {
+                s->spare = false;
+                spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+                unlink(c, s);
+                release(s);
             }
+            s = next;
+        }
     }
 
-    /// \effects closes the heap before a fork: then no thread is inside take or give, so none holds a
-    /// class or span lock.
-    void close() noexcept { ::pthread_rwlock_wrlock(&fork_gate_); }
-    /// \effects reopens it after a fork: unlocks; in the child also makes the gate anew (glibc's rwlock
-    /// knows its writer by thread id, which differs in the child, so the unlock there only tells
-    /// ThreadSanitizer; the fresh gate is what glibc uses from then on).
-    void reopen(bool child) noexcept {
-        ::pthread_rwlock_unlock(&fork_gate_);
-        if (child) init_gate();
-    }
-
-private:
     void init_gate() noexcept {
         pthread_rwlockattr_t attr;
         ::pthread_rwlockattr_init(&attr);
@@ -323,32 +418,36 @@ private:
         return nullptr;
     }
 
+    // A new mapping of `bytes` aligned to `bytes`, admitted against the node's free memory and bound
+    // by the heap's policy. \returns it, with `bound` false when a degrading heap's binding was
+    // refused (recorded). \throws placement_error (`size`: the block size, for the message).
+    void* map_bound(std::size_t bytes, std::size_t size, bool& bound) {
+        void* p = nullptr;
+        const memory::policy_mode mode = prefer() ? memory::policy_mode::preferred : memory::policy_mode::bind;
+        const node_set nodes{node_};
+        if (memory::admit(bytes, mode, nodes) != 0)
+            throw_placement(node_, size, ENOMEM, "heap: no free memory left on the node");
+        int err = memory::try_map(bytes, bytes, p);
+        if (err != 0) throw_placement(node_, size, err, "heap: mmap failed");
+        err = memory::bind(p, bytes, mode, nodes);
+        if (err != 0 && strict()) {
+            memory::unmap(p, bytes);
+            throw_placement(node_, size, err, std::string("heap: mbind ") + memory::name(mode) + " of new heap memory refused");
+        }
+        if (err != 0)
+            degradation_log::instance().record(std::string("heap: mbind ") + memory::name(mode) + " to node " +
+                                               std::to_string(node_) + " refused (errno " + std::to_string(err) +
+                                               "): heap memory left to first touch");
+        bound = err == 0;
+        return p;
+    }
+
     heap_span* new_span(std::size_t c) {
         const heap_class_info& info = heap_table.info[c];
         std::lock_guard<std::mutex> lock(span_mutex_);
         heap_span* s = reuse(info.span_bytes);
         bool bound = s ? s->bound : false;
-        if (!s) {
-            void* p = nullptr;
-            const memory::policy_mode mode = prefer() ? memory::policy_mode::preferred : memory::policy_mode::bind;
-            const node_set nodes{node_};
-            if (memory::admit(info.span_bytes, mode, nodes) != 0)
-                throw_placement(node_, info.size, ENOMEM, "heap: no free memory left for a span on the node");
-            int err = memory::try_map(info.span_bytes, info.span_bytes, p);
-            if (err != 0) throw_placement(node_, info.size, err, "heap: mmap of a span failed");
-            err = memory::bind(p, info.span_bytes, mode, nodes);
-            if (err != 0 && strict()) {
-                memory::unmap(p, info.span_bytes);
-                throw_placement(node_, info.size, err,
-                                std::string("heap: mbind ") + memory::name(mode) + " of a new span refused");
-            }
-            if (err != 0)
-                degradation_log::instance().record(std::string("heap: mbind ") + memory::name(mode) + " to node " +
-                                                   std::to_string(node_) + " refused (errno " + std::to_string(err) +
-                                                   "): span left to first touch");
-            bound = err == 0;
-            s = static_cast<heap_span*>(p);
-        }
+        if (!s) s = static_cast<heap_span*>(map_bound(info.span_bytes, info.size, bound));
         s->next = s->prev = nullptr;
         s->free = nullptr;
         s->bump = reinterpret_cast<char*>(s) + info.first;
@@ -363,6 +462,200 @@ private:
         return s;
     }
 
+    // ---- Page runs (under run_mutex_) ----
+    // Free runs are listed in bins by length: bin k holds runs of k pages (1 <= k <= run_bin_max),
+    // bin 0 the longer ones; a bitmap says which bins are not empty. Dirty and clean runs have bins of
+    // their own, and a dirty run that fits is carved first (its pages are likely resident: no faults,
+    // no new resident memory). Within a bin, the newest first.
+    static constexpr std::size_t run_bin_max = 256;
+    static constexpr std::size_t run_bins = run_bin_max + 1;
+    static constexpr std::size_t run_words = (run_bins + 63) / 64;
+    static constexpr std::size_t run_dirty_floor = std::size_t(1) << 20;
+
+    static std::size_t run_bin(std::size_t len) noexcept { return len <= run_bin_max ? len : 0; }
+    // Two sets of bins: dirty runs (some pages may be resident) and clean ones (purged or never used).
+    // A run is in the set its `dirty` count says; whoever changes that count moves it.
+    void bin_insert(run_meta* m) noexcept {
+        const std::size_t set = m->dirty != 0, b = run_bin(m->len);
+        run_bins_used_[set][b / 64] |= std::uint64_t(1) << (b % 64);
+        m->prev = nullptr;
+        m->next = bin_[set][b];
+        if (m->next) m->next->prev = m;
+        bin_[set][b] = m;
+    }
+    void bin_remove(run_meta* m) noexcept {
+        const std::size_t set = m->dirty != 0, b = run_bin(m->len);
+        if (m->prev) m->prev->next = m->next;
+        else bin_[set][b] = m->next;
+        if (m->next) m->next->prev = m->prev;
+        if (!bin_[set][b]) run_bins_used_[set][b / 64] &= ~(std::uint64_t(1) << (b % 64));
+        m->next = m->prev = nullptr;
+    }
+    static void set_run(run_region* r, std::size_t i, std::size_t len, std::uint32_t state, std::size_t dirty) noexcept {
+        run_meta* m = r->meta();
+        m[i].len = m[i + len - 1].len = static_cast<std::uint32_t>(len);
+        m[i].state = m[i + len - 1].state = state;
+        m[i].dirty = static_cast<std::uint32_t>(dirty);
+    }
+    // The free run best fitting `pages` in one set: the first of the smallest non-empty bin >= pages,
+    // else the first long enough in bin 0.
+    run_meta* find_in(std::size_t set, std::size_t pages) noexcept {
+        if (pages <= run_bin_max)
+            for (std::size_t w = pages / 64; w < run_words; ++w) {
+                std::uint64_t bits = run_bins_used_[set][w];
+                if (w == pages / 64) bits &= ~std::uint64_t(0) << (pages % 64);
+                if (bits) return bin_[set][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))];
+            }
+        for (run_meta* m = bin_[set][0]; m; m = m->next)
+            if (m->len >= pages) return m;
+        return nullptr;
+    }
+    // Dirty runs first: reusing pages that are already resident costs neither page faults nor
+    // resident memory; a clean run only when no dirty one fits.
+    run_meta* find_run(std::size_t pages) noexcept {
+        if (run_meta* m = find_in(1, pages)) return m;
+        return find_in(0, pages);
+    }
+    run_meta* new_region(std::size_t size) {
+        bool bound = false;
+        auto* r = static_cast<run_region*>(map_bound(run_region_bytes, size, bound));
+        const std::size_t page = page_size();
+        r->pages = static_cast<std::uint32_t>(run_region_bytes / page);
+        r->first = static_cast<std::uint32_t>((run_header + r->pages * sizeof(run_meta) + page - 1) / page);
+        r->used = 0;
+        r->bound = bound;
+        set_run(r, r->first, r->pages - r->first, run_state_free, 0);
+        run_meta* m = &r->meta()[r->first];
+        m->stamp = run_clock_;
+        bin_insert(m);
+        ++empty_regions_;
+        return m;
+    }
+    // \returns a run of `pages` pages, from a new region if `may_map` (else nullptr when none is free).
+    char* run_carve(std::size_t pages, std::size_t size, bool may_map) {
+        run_meta* m = find_run(pages);
+        if (!m) {
+            if (!may_map) return nullptr;
+            m = new_region(size);
+        }
+        run_region* r = run_region_of(m);
+        const std::size_t i = static_cast<std::size_t>(m - r->meta()), len = m->len, dirty = m->dirty;
+        bin_remove(m);
+        if (r->used == 0) --empty_regions_;
+        set_run(r, i, pages, run_state_used, 0);
+        if (len > pages) { // the rest stays free; it keeps the dirty count that can still be in it
+            const std::size_t rest = len - pages, rest_dirty = dirty < rest ? dirty : rest;
+            set_run(r, i + pages, rest, run_state_free, rest_dirty);
+            r->meta()[i + pages].stamp = m->stamp;
+            bin_insert(&r->meta()[i + pages]);
+            run_dirty_pages_ -= dirty - rest_dirty;
+        } else {
+            run_dirty_pages_ -= dirty;
+        }
+        r->used += static_cast<std::uint32_t>(pages);
+        run_used_pages_ += pages;
+        return r->page_at(i);
+    }
+    // Frees the run of `pages` at `p`: coalesced with free neighbours; an empty region beyond the one
+    // kept is unmapped.
+    void run_release(char* p, std::size_t pages) noexcept {
+        run_region* r = run_region_of(p);
+        run_meta* m = r->meta();
+        std::size_t i = static_cast<std::size_t>(p - reinterpret_cast<char*>(r)) / page_size(), len = pages, dirty = pages;
+        r->used -= static_cast<std::uint32_t>(pages);
+        run_used_pages_ -= pages;
+        if (i > r->first && m[i - 1].state == run_state_free) { // the run before, by its last page
+            run_meta* left = &m[i - m[i - 1].len];
+            bin_remove(left);
+            i -= left->len;
+            len += left->len;
+            dirty += left->dirty;
+            run_dirty_pages_ -= left->dirty;
+        }
+        if (i + len < r->pages && m[i + len].state == run_state_free) { // the run after, by its first page
+            run_meta* right = &m[i + len];
+            bin_remove(right);
+            len += right->len;
+            dirty += right->dirty;
+            run_dirty_pages_ -= right->dirty;
+        }
+        if (r->used == 0) {
+            if (empty_regions_ >= 1) { // one empty region is enough
+                memory::unmap(r, run_region_bytes);
+                return;
+            }
+            ++empty_regions_;
+        }
+        set_run(r, i, len, run_state_free, dirty);
+        m[i].stamp = ++run_clock_;
+        bin_insert(&m[i]);
+        run_dirty_pages_ += dirty;
+    }
+    // Beyond the dirty limit (the run bytes in use, at least 1 MiB), gives back the pages of the dirty
+    // free runs freed into longest ago, until half the limit is left: a run not reused for a while is
+    // the least likely to be reused soon, and a steady workload reuses its recent runs without a page
+    // fault. Ages are bucketed by powers of two (one pass sums the dirty pages per bucket, a second
+    // purges from the oldest bucket down to the one that brings the count under the target).
+    void run_purge() noexcept {
+        const std::size_t page = page_size(), floor = run_dirty_floor / page;
+        const std::size_t limit = run_used_pages_ > floor ? run_used_pages_ : floor;
+        if (run_dirty_pages_ <= limit) return;
+        const std::size_t target = limit / 2;
+        std::size_t by_age[33] = {};
+        for_each_dirty_run([&](run_meta* m) { by_age[age_bucket(m)] += m->dirty; });
+        std::size_t cutoff = 33, left = run_dirty_pages_;
+        while (cutoff > 0 && left > target) left -= by_age[--cutoff];
+        for_each_dirty_run([&](run_meta* m) {
+            if (age_bucket(m) < cutoff) return;
+            run_region* r = run_region_of(m);
+            ::madvise(r->page_at(static_cast<std::size_t>(m - r->meta())), m->len * page, MADV_DONTNEED);
+            bin_remove(m);
+            run_dirty_pages_ -= m->dirty;
+            m->dirty = 0;
+            bin_insert(m); // now clean
+        });
+    }
+    std::size_t age_bucket(const run_meta* m) const noexcept {
+        const std::uint32_t age = run_clock_ - m->stamp;
+        return age == 0 ? 0 : 32 - static_cast<std::size_t>(__builtin_clz(age));
+    }
+    // Calls f on every dirty free run; f may move the run to the clean set (the next is taken first).
+    template <class F>
+    void for_each_dirty_run(F f) noexcept {
+        for (std::size_t w = 0; w < run_words; ++w)
+            for (std::uint64_t bits = run_bins_used_[1][w]; bits; bits &= bits - 1)
+                for (run_meta* m = bin_[1][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))]; m;) {
+                    run_meta* next = m->next;
+                    f(m);
+                    m = next;
+                }
+    }
+    std::size_t run_take(std::size_t c, std::size_t want, heap_block*& head) {
+        const std::size_t size = heap_table.info[c].size, pages = size / page_size();
+        std::lock_guard<std::mutex> lock(run_mutex_);
+        heap_block* list = nullptr;
+        std::size_t n = 0;
+        for (; n < want; ++n) { // a new region only for the first block
+            char* p = run_carve(pages, size, n == 0);
+            if (!p) break;
+            auto* b = reinterpret_cast<heap_block*>(p);
+            b->next = list;
+            list = b;
+        }
+        head = list;
+        return n;
+    }
+    void run_give(std::size_t c, heap_block* list) noexcept {
+        const std::size_t pages = heap_table.info[c].size / page_size();
+        std::lock_guard<std::mutex> lock(run_mutex_);
+        while (list) {
+            heap_block* b = list;
+            list = list->next;
+            run_release(reinterpret_cast<char*>(b), pages);
+        }
+        run_purge();
+    }
+
     int node_;
     std::size_t source_;
     pthread_rwlock_t fork_gate_;
@@ -375,6 +668,11 @@ private:
     heap_span* cold_[span_buckets] = {};
     std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
     std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
+    std::mutex run_mutex_; // guards the page runs: bins, regions, counts
+    run_meta* bin_[2][run_bins] = {};          // [clean, dirty][length bin]
+    std::uint64_t run_bins_used_[2][run_words] = {};
+    std::size_t run_used_pages_ = 0, run_dirty_pages_ = 0, empty_regions_ = 0;
+    std::uint32_t run_clock_ = 0; // frees into runs so far (wraps; only differences are used)
 };
 
 /// Every node's heaps, made once per process (never destroyed: containers with static storage may
@@ -438,7 +736,7 @@ struct heap_fork_handlers {
 };
 inline const heap_fork_handlers heap_fork_handlers_registered{};
 
-/// One thread's cached blocks, per heap and class (lists made on first use of a heap).
+/// One thread's cached blocks, per heap and slot (lists made on first use of a heap).
 class heap_cache {
 public:
     ~heap_cache() {
@@ -449,31 +747,59 @@ public:
         state() = dead;
     }
 
-    void* allocate(std::size_t heap, std::size_t c) {
+    void* allocate(std::size_t heap, std::size_t slot) {
         list* ls = lists_[heap];
-        if (__builtin_expect(ls == nullptr, 0)) ls = lists_[heap] = new list[heap_class_count]();
-        list& l = ls[c];
+        if (__builtin_expect(ls == nullptr, 0)) ls = lists_[heap] = new list[heap_slots]();
+        list& l = ls[slot];
+        const heap_class_info& info = heap_table.info[heap_class_of_slot(slot)];
         if (__builtin_expect(l.head == nullptr, 0)) {
-            l.count = heap_registry::instance().at(heap).take(c, heap_table.info[c].batch, l.head);
-            bytes_ += l.count * heap_table.info[c].size;
+            l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head);
+            bytes_ += l.count * info.size;
         }
         heap_block* b = l.head;
         l.head = b->next;
         --l.count;
-        bytes_ -= heap_table.info[c].size;
+        bytes_ -= info.size;
         return b;
     }
-    /// \returns false if this thread has no list for the heap (the caller frees centrally).
-    bool deallocate(std::size_t heap, std::size_t c, void* p) noexcept {
+    /// The fast paths (inlined into the allocators): a block from this thread's list, or nullptr.
+    void* try_pop(std::size_t heap, std::size_t slot) noexcept {
         list* ls = lists_[heap];
-        if (!ls) return false;
-        list& l = ls[c];
+        if (__builtin_expect(ls == nullptr, 0)) return nullptr;
+        list& l = ls[slot];
+        heap_block* b = l.head;
+        if (__builtin_expect(b == nullptr, 0)) return nullptr;
+        l.head = b->next;
+        --l.count;
+        bytes_ -= heap_table.info[heap_class_of_slot(slot)].size;
+        return b;
+    }
+    /// \returns true if `p` went on this thread's list without going over a bound.
+    bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
+        list* ls = lists_[heap];
+        if (__builtin_expect(ls == nullptr, 0)) return false;
+        list& l = ls[slot];
+        const heap_class_info& info = heap_table.info[heap_class_of_slot(slot)];
+        if (__builtin_expect(l.count >= info.cache_max || bytes_ + info.size > budget, 0)) return false;
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
         ++l.count;
-        bytes_ += heap_table.info[c].size;
-        if (__builtin_expect(l.count > heap_table.info[c].cache_max, 0)) trim(heap, c, heap_table.info[c].batch);
+        bytes_ += info.size;
+        return true;
+    }
+    /// \returns false if this thread has no list for the heap (the caller frees centrally).
+    bool deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
+        list* ls = lists_[heap];
+        if (!ls) return false;
+        list& l = ls[slot];
+        const heap_class_info& info = heap_table.info[heap_class_of_slot(slot)];
+        auto* b = static_cast<heap_block*>(p);
+        b->next = l.head;
+        l.head = b;
+        ++l.count;
+        bytes_ += info.size;
+        if (__builtin_expect(l.count > info.cache_max, 0)) trim(heap, slot, info.batch);
         if (__builtin_expect(bytes_ > budget, 0)) shrink(heap);
         return true;
     }
@@ -501,14 +827,17 @@ public:
     void flush_all() noexcept {
         for (std::size_t h = 0; h < count_; ++h)
             if (lists_[h])
-                for (std::size_t c = 0; c < heap_class_count; ++c) trim(h, c, 0);
+                for (std::size_t slot = 0; slot < heap_slots; ++slot) trim(h, slot, 0);
     }
 
 private:
     static constexpr std::size_t budget = std::size_t(4) << 20;
     // Over budget: gives back this heap's largest classes first until half the budget is left.
     void shrink(std::size_t heap) noexcept {
-        for (std::size_t c = heap_class_count; c-- > 0 && bytes_ > budget / 2;) trim(heap, c, 0);
+        for (std::size_t c = heap_class_count; c-- > 0 && bytes_ > budget / 2;) {
+            trim(heap, heap_class_count + c, 0);
+            trim(heap, c, 0);
+        }
         if (bytes_ > budget / 2) flush_all();
     }
     struct list {
@@ -519,8 +848,8 @@ private:
         lists_ = new list*[count_]();
     }
     // Keeps the first `keep` blocks, gives the rest back.
-    void trim(std::size_t heap, std::size_t c, std::size_t keep) noexcept {
-        list& l = lists_[heap][c];
+    void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
+        list& l = lists_[heap][slot];
         if (l.count <= keep) return;
         heap_block* rest;
         if (keep == 0) {
@@ -532,9 +861,9 @@ private:
             rest = last->next;
             last->next = nullptr;
         }
-        bytes_ -= (l.count - keep) * heap_table.info[c].size;
+        bytes_ -= (l.count - keep) * heap_table.info[heap_class_of_slot(slot)].size;
         l.count = keep;
-        heap_registry::instance().at(heap).give(c, rest);
+        heap_registry::instance().at(heap).give(slot, rest);
     }
     std::size_t count_;
     list** lists_;
@@ -545,20 +874,21 @@ inline std::size_t heap_index(int node, std::size_t source) noexcept {
     return static_cast<std::size_t>(node) * heap_sources + source;
 }
 
-/// \returns a block of class `c` from heap `heap` (see heap_index). \throws placement_error.
-inline void* heap_allocate(std::size_t heap, std::size_t c) {
-    if (heap_cache* tc = heap_cache::get()) return tc->allocate(heap, c);
+/// \returns a block of slot `slot` from heap `heap` (see heap_index, heap_slot). \throws placement_error.
+/// (Out of line: the allocators inline only the fast path, heap_cache::try_pop.)
+__attribute__((noinline)) inline void* heap_allocate(std::size_t heap, std::size_t slot) {
+    if (heap_cache* tc = heap_cache::get()) return tc->allocate(heap, slot);
     heap_block* b = nullptr; // this thread's cache is gone (thread or process exit): one block centrally
-    heap_registry::instance().at(heap).take(c, 1, b);
+    heap_registry::instance().at(heap).take(slot, 1, b);
     return b;
 }
-/// \effects gives a block of class `c` back to heap `heap`. Never allocates.
-inline void heap_deallocate(std::size_t heap, std::size_t c, void* p) noexcept {
+/// \effects gives a block of slot `slot` back to heap `heap`. Never allocates.
+__attribute__((noinline)) inline void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
     heap_cache* tc = heap_cache::current();
-    if (tc && tc->deallocate(heap, c, p)) return;
+    if (tc && tc->deallocate(heap, slot, p)) return;
     auto* b = static_cast<heap_block*>(p);
     b->next = nullptr;
-    heap_registry::instance().at(heap).give(c, b);
+    heap_registry::instance().at(heap).give(slot, b);
 }
 
 // Which heap serves a placement's pooled blocks.
@@ -573,31 +903,45 @@ std::size_t heap_source_of(const Placement& p) noexcept {
     return p.on_refusal() == fallback::degrade ? 1u : 0u;
 }
 
-/// \returns the heap class serving `bytes` at `alignment` for `Placement`, or heap_no_class (own
+/// \returns the heap slot serving `bytes` at `alignment` for `Placement`, or heap_no_slot (own
 /// mapping). Single-node placements pool every class up to 1 MiB; the others pool below a page
 /// (their larger blocks must be spread page by page).
 template <class Placement>
-std::size_t placed_class(std::size_t bytes, std::size_t alignment) noexcept {
+std::size_t placed_slot(std::size_t bytes, std::size_t alignment) noexcept {
+    if (std::is_same<Placement, on_node>::value) return heap_slot(bytes, alignment);
     const std::size_t c = heap_class(bytes, alignment);
-    if (std::is_same<Placement, on_node>::value) return c;
-    return bytes < page_size() && c != heap_no_class && heap_table.info[c].size <= page_size() ? c : heap_no_class;
+    return bytes < page_size() && c != heap_no_class && heap_table.info[c].size <= page_size() ? c : heap_no_slot;
 }
+
+// The slow paths of placed_allocate / placed_deallocate, out of line so that the fast path (a slot,
+// this thread's list) inlines into every allocator.
+template <class Placement>
+[[gnu::noinline]] void* placed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
+    return memory::allocate(bytes, placement, alignment);
+}
+[[gnu::noinline]] inline void placed_unmap(void* p, std::size_t bytes) noexcept { memory::unmap(p, bytes); }
 
 /// \returns `bytes` (0 allowed) aligned to `alignment` (a power of two), placed by `placement`: from
 /// the heap of its home node, or its own mapping. \throws placement_error (a std::bad_alloc): no
 /// memory, size overflow, a strict placement refused, or an alignment that is not a power of two.
 template <class Placement>
-void* placed_allocate(const Placement& placement, std::size_t bytes, std::size_t alignment) {
-    const std::size_t c = placed_class<Placement>(bytes, alignment);
-    if (c != heap_no_class) return heap_allocate(heap_index(placement.home_node(), heap_source_of(placement)), c);
-    return memory::allocate(bytes, placement, alignment);
+[[gnu::always_inline]] inline void* placed_allocate(const Placement& placement, std::size_t bytes, std::size_t alignment) {
+    const std::size_t slot = placed_slot<Placement>(bytes, alignment);
+    if (__builtin_expect(slot == heap_no_slot, 0)) return placed_own_mapping(placement, bytes, alignment);
+    const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
+    if (heap_cache* tc = heap_cache::current())
+        if (void* p = tc->try_pop(heap, slot)) return p;
+    return heap_allocate(heap, slot);
 }
 /// \effects releases what `placed_allocate(placement, bytes, alignment)` returned. Never allocates.
 template <class Placement>
-void placed_deallocate(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
-    const std::size_t c = placed_class<Placement>(bytes, alignment);
-    if (c != heap_no_class) heap_deallocate(heap_index(placement.home_node(), heap_source_of(placement)), c, p);
-    else memory::unmap(p, bytes);
+[[gnu::always_inline]] inline void placed_deallocate(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+    const std::size_t slot = placed_slot<Placement>(bytes, alignment);
+    if (__builtin_expect(slot == heap_no_slot, 0)) return placed_unmap(p, bytes);
+    const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
+    if (heap_cache* tc = heap_cache::current())
+        if (tc->try_push(heap, slot, p)) return;
+    heap_deallocate(heap, slot, p);
 }
 
 } // namespace detail

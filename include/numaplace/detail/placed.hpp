@@ -4,11 +4,15 @@
 // The record of partitioned buffers: every mapping `partitioned::apply` placed, keyed by its start, with
 // the partition layout its pages follow. `replace(container, partition)` changes a buffer's layout here,
 // and `partition_of(container)` reads it, so the loop follows the pages after a re-placement (the
-// container's allocator still names the layout it allocated with). `memory::unmap` forgets a buffer;
-// `partitioned::apply` forgets whatever overlapped a fresh mapping (an address reused). Raw-range
-// `replace` refuses ranges that overlap a recorded buffer (only the container overload keeps the loop
-// and the pages in step). Thread-safe; an empty record costs one relaxed atomic load per call.
+// container's allocator still names the layout it allocated with). `memory::unmap` forgets a buffer
+// through `memory::detail::unmap_observer`, which the record sets when it is created: every path that
+// unmaps a placed buffer goes through `memory::unmap`, and memory.hpp (the mechanism, below partitions)
+// need not know what is recorded. `partitioned::apply` forgets whatever overlapped a fresh mapping (an
+// address reused). Raw-range `replace` refuses ranges that overlap a recorded buffer (only the container
+// overload keeps the loop and the pages in step). Thread-safe; an empty record costs one relaxed atomic
+// load per call.
 
+#include "../memory.hpp"
 #include "../partition.hpp"
 #include "fork_guard.hpp"
 
@@ -31,8 +35,13 @@ public:
     };
 
     static placed_buffers& instance() {
-        // never destroyed: usable during static destruction; fork-safe (handlers below)
-        static placed_buffers* record = new placed_buffers;
+        // never destroyed: usable during static destruction; fork-safe (handlers below). Subscribed to
+        // unmap before anything is recorded, so no recorded buffer is unmapped unseen.
+        static placed_buffers* record = [] {
+            auto* r = new placed_buffers;
+            memory::detail::unmap_observer.store(&unmapped, std::memory_order_release);
+            return r;
+        }();
         return *record;
     }
 
@@ -80,6 +89,8 @@ public:
     }
 
 private:
+    // memory::unmap's observer: set only once the record exists, so instance() returns at once.
+    static void unmapped(const void* p, std::size_t bytes) noexcept { instance().released(p, bytes); }
     static std::uintptr_t key(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>(p); }
     void erase_overlapping(std::uintptr_t b, std::size_t bytes) noexcept {
         const std::uintptr_t e = b + (bytes == 0 ? 1 : bytes);
@@ -98,8 +109,9 @@ private:
 };
 
 // Fork handlers registered at static initialisation, before the small-object heap's (detail/heap.hpp
-// includes this header first): prepare handlers run in reverse order, so the heap's fork gates close
-// first (a thread inside a heap gate may unmap, which takes this record's lock), then this lock.
+// includes this header, through placement.hpp, before its own): prepare handlers run in reverse order,
+// so the heap's fork gates close first (a thread inside a heap gate may unmap, which takes this record's
+// lock), then this lock.
 struct placed_buffers_fork_handlers {
     placed_buffers_fork_handlers() noexcept { fork_guard<placed_buffers>::install(); }
 };

@@ -1,0 +1,39 @@
+// Test support: the seccomp filter that makes chosen system calls fail with EPERM, as a container's
+// seccomp profile does. One builder for the unit tests (seccomp.hpp) and for the seccomp-exec tool the
+// sandbox tests run the examples under (examples/seccomp_exec.cpp, built with the tests): no gtest, no
+// numaplace, so both can include it; not a numaplace header (not installed, not an API).
+#ifndef NUMAPLACE_TESTS_SECCOMP_FILTER_HPP_INCLUDED
+#define NUMAPLACE_TESTS_SECCOMP_FILTER_HPP_INCLUDED
+
+#include <cerrno>
+#include <cstddef>
+#include <vector>
+
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace numaplace_test {
+
+/// Installs the filter on the calling thread (and the threads it creates later, and the programs it
+/// execs); with `all_threads`, on every thread of the process at once (SECCOMP_FILTER_FLAG_TSYNC), as
+/// a sandbox applied after start-up would. \returns false with errno set if it could not.
+inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_threads = false) {
+    std::vector<sock_filter> prog;
+    prog.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))));
+    for (long nr : numbers) {
+        prog.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), 0, 1));
+        prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)));
+    }
+    prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
+    sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+    if (all_threads) return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) == 0;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
+}
+
+} // namespace numaplace_test
+
+#endif
