@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <thread>
 #include <vector>
@@ -46,6 +47,20 @@ int child_work(std::size_t salt) {
 } // namespace
 
 TEST(AttackFork, ChildOfBusyProcessDoesNotDeadlockOnRegistries) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    // The busy threads below call malloc all the time (interning inserts into a std::set under the
+    // registry's lock; the log records strings). The sanitizer runtimes of Debian 12's GCC 12 have no fork
+    // handlers for their allocators (ASan got them in LLVM 18, llvm-project PR 75290; TSan in PR 96600):
+    // a child forked while a busy thread is inside the runtime's malloc waits on the runtime's lock at its
+    // first operator new (gdb: __sanitizer::SizeClassAllocator64::GetFromAllocator), before any numaplace
+    // code. The release build runs this test; heap.fork_under_load runs under the sanitizers with workers
+    // that no longer call malloc.
+    GTEST_SKIP() << "GCC 12's sanitizer allocators are not fork-safe with a second thread calling malloc";
+#endif
+#ifdef _GLIBCXX_DEBUG
+    // The same for libstdc++'s debug mode: its process-wide mutex pool (safe iterators) has no fork handlers.
+    GTEST_SKIP() << "libstdc++ debug mode is not fork-safe with a second thread using containers";
+#endif
     // Function-local statics (the topology, each registry) must be initialised before forking: a child
     // forked while another thread is inside a static initialiser waits for it forever (C++ guard).
     ASSERT_EQ(child_work(1u << 20), 0);
@@ -107,14 +122,20 @@ TEST(AttackFork, ChildAfterOneTbbStartedUsesNonTbbCalls) {
     np::parallel_for(np::partition<int>(100000), [](np::subrange) {});
     ASSERT_EQ(child_work(2u << 20), 0);
     alarm(0);
-    std::atomic<bool> stop{false};
+    std::atomic<bool> stop{false}, steady{false};
     std::thread small([&] {
         np::node_allocator<int> a(np::topology::get().with_cpus()[0]);
-        while (!stop.load(std::memory_order_relaxed)) {
+        for (int i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+            if (i == 1000) steady = true;
             std::vector<int, np::node_allocator<int>> v(7, 1, a);
             (void)v;
         }
     });
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    // Under GCC 12's sanitizers fork only once the thread is past its start-up (its thread cache made with
+    // malloc): the runtimes' allocators are not fork-safe (see ChildOfBusyProcessDoesNotDeadlockOnRegistries).
+    while (!steady) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+#endif
     int failures = 0;
     for (int i = 0; i < 20 && failures == 0; ++i) {
         const pid_t pid = fork();
