@@ -20,6 +20,7 @@
 /// cannot both pass. Sizes whose page rounding or alignment padding overflows are refused with ENOMEM
 /// before anything is mapped.
 
+#include "detail/fork_guard.hpp"
 #include "detail/linux.hpp"
 #include "error.hpp"
 #include "topology.hpp"
@@ -336,6 +337,24 @@ private:
     std::map<std::uintptr_t, entry> reservations_;
     std::atomic<std::size_t> reservation_count_{0};
 };
+
+// Fork safety of the accounting (see detail/fork_guard.hpp): prepare completes it (and so the topology)
+// before locking; its lock is taken after the heap's gates (a heap admits regions inside them) and before
+// the degradation log's.
+struct capacity_fork {
+    static std::mutex& fork_mutex() noexcept {
+        try {
+            return capacity::instance().mutex();
+        } catch (...) { // no topology, so no accounting: nothing to lock
+            static std::mutex none;
+            return none;
+        }
+    }
+};
+struct capacity_fork_handlers {
+    capacity_fork_handlers() noexcept { numaplace::detail::fork_guard<capacity_fork>::install(); }
+};
+inline const capacity_fork_handlers capacity_fork_handlers_registered{};
 
 inline void forget_reservations(void* p, std::size_t length) noexcept { capacity::instance().forget(p, length); }
 } // namespace detail

@@ -8,6 +8,7 @@
 /// use (cgroup/cpuset), which is exactly what oneTBB's `numa_node_id` means (tbbbind loads the topology
 /// the same way). The kernel and `numactl` call a node by its OS index, also reported.
 
+#include "detail/fork_guard.hpp"
 #include "detail/hwloc.hpp"
 #include "detail/linux.hpp"
 #include "error.hpp"
@@ -335,6 +336,27 @@ private:
     std::vector<int> os_to_id_;
     numaplace::capabilities caps_;
 };
+
+namespace detail {
+// Fork safety of the topology and the degradation log (see detail/fork_guard.hpp): prepare first
+// completes the topology (a thread may be loading it: the child must not wait on that thread's
+// initialisation guard, and loading may record a degradation, so this comes before the log's lock), then
+// locks the log. Registered after every other numaplace handler's prepare has run (this header is
+// included first), so a thread holding any other numaplace lock can still record a degradation.
+struct degradation_log_fork {
+    static std::mutex& fork_mutex() noexcept {
+        try {
+            (void)topology::get();
+        } catch (...) { // no topology: nothing to wait for
+        }
+        return degradation_log::instance().mutex;
+    }
+};
+struct degradation_log_fork_handlers {
+    degradation_log_fork_handlers() noexcept { fork_guard<degradation_log_fork>::install(); }
+};
+inline const degradation_log_fork_handlers degradation_log_fork_handlers_registered{};
+} // namespace detail
 
 /// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
 /// degradations spelled out.

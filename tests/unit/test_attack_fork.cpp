@@ -8,6 +8,7 @@
 #include <numaplace/where.hpp>
 #include <numaplace/partition.hpp>
 #include <numaplace/placement.hpp>
+#include <numaplace/pmr.hpp>
 #include <numaplace/topology.hpp>
 
 #include <gtest/gtest.h>
@@ -15,6 +16,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -45,6 +49,93 @@ int child_work(std::size_t salt) {
 }
 
 } // namespace
+
+// Fork while another thread makes numaplace's process-wide objects for the first time (the topology, the
+// heaps, the node pools, the interning registries, the placed-buffer record, the capacity accounting, the
+// degradation log). A C++ initialisation guard held by a thread that does not exist in the child would
+// hang the child at its first use of that object; every such object is completed (or made without a
+// guard) by a fork handler. One try needs a fresh process: the test binary is executed again with
+// NUMAPLACE_FIRST_USE_DELAY_US set, and runs the try below during its static initialisation.
+namespace {
+int use_every_global() {
+    const np::node_set nodes = np::topology::get().with_cpus();
+    const np::partition<double> p(4096, nodes, std::vector<std::size_t>(nodes.size(), 3));
+    const np::interleaved il(nodes, std::vector<std::size_t>(nodes.size(), 5));
+    std::vector<double, np::partitioned_allocator<double>> v(50000, 1.0, np::partitioned_allocator<double>(p));
+    np::node_allocator<char> a(nodes[0]);
+    char* small = a.allocate(100);
+    char* mid = a.allocate(100000);
+    small[0] = mid[99999] = 1;
+    a.deallocate(small, 100);
+    a.deallocate(mid, 100000);
+    void* q = np::node_pool(nodes[0]).allocate(5000, 64);
+    np::node_pool(nodes[0]).deallocate(q, 5000, 64);
+    np::detail::degradation_log::instance().record("attack-fork first use");
+    return v[49999] == 1.0 && il.nodes() == nodes && p.size() == 4096 ? 0 : 7;
+}
+
+// One try: a second thread makes every global while this thread forks after `delay_us`. \returns 0 when
+// the child (which uses every global too) exits 0 within 20 s; otherwise its code, 128 + signal, or 255
+// (hung: killed after its stacks are printed).
+int first_use_try(long delay_us) {
+    std::thread maker([] { (void)use_every_global(); });
+    const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(delay_us);
+    while (std::chrono::steady_clock::now() < until) {
+    }
+    const pid_t pid = fork();
+    if (pid == 0) _exit(use_every_global());
+    maker.join();
+    if (pid < 0) return 254;
+    int status = 0;
+    for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) == 0; waited_ms += 5) {
+        if (waited_ms > 20000) { // hung: its stacks go to the log when gdb is there
+            const std::string gdb = "command -v gdb >/dev/null && gdb -p " + std::to_string(pid) +
+                                    " -batch -ex 'thread apply all bt' </dev/null 2>&1 | grep -v '^\\[' >&2";
+            if (std::system(gdb.c_str()) != 0) std::fprintf(stderr, "(no stacks of the hung child)\n");
+            ::kill(pid, SIGKILL);
+            waitpid(pid, &status, 0);
+            return 255;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// In a process executed by the test below, the try runs here (static initialisation of this file, after
+// the numaplace headers' own handlers above it are registered) and the process ends with its result.
+const bool first_use_try_ran = [] {
+    const char* delay = std::getenv("NUMAPLACE_FIRST_USE_DELAY_US");
+    if (delay) _exit(first_use_try(std::atol(delay)));
+    return false;
+}();
+} // namespace
+
+TEST(AttackFork, ForkWhileAnotherThreadMakesTheGlobalsForTheFirstTime) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(_GLIBCXX_DEBUG)
+    // The thread making the globals calls malloc and builds containers: not fork-safe under GCC 12's
+    // sanitizer allocators nor libstdc++'s debug mode (see ChildOfBusyProcessDoesNotDeadlockOnRegistries).
+    GTEST_SKIP() << "the runtime's allocator or debug-mode containers are not fork-safe here";
+#endif
+    ASSERT_FALSE(first_use_try_ran);
+    // Delays from 0 to 6 ms: before, inside and after the topology's loading (about 2-5 ms here).
+    int failures = 0;
+    for (long delay = 0; delay <= 6000; delay += 150) {
+        const pid_t pid = fork();
+        ASSERT_NE(pid, -1);
+        if (pid == 0) {
+            const std::string value = std::to_string(delay);
+            ::setenv("NUMAPLACE_FIRST_USE_DELAY_US", value.c_str(), 1);
+            ::execl("/proc/self/exe", "test_attack_fork", "--gtest_list_tests", static_cast<char*>(nullptr));
+            _exit(253);
+        }
+        int status = 0;
+        ASSERT_EQ(waitpid(pid, &status, 0), pid);
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        if (code != 0) ++failures;
+        EXPECT_EQ(code, 0) << "delay " << delay << " us (255: the child hung)";
+    }
+    EXPECT_EQ(failures, 0);
+}
 
 TEST(AttackFork, ChildOfBusyProcessDoesNotDeadlockOnRegistries) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)

@@ -27,8 +27,8 @@ bool kernel_at_least(int major, int minor) {
     return a > major || (a == major && b >= minor);
 }
 struct mapping {
-    explicit mapping(std::size_t bytes) : bytes(bytes) {
-        p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    explicit mapping(std::size_t length) : bytes(length) {
+        p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     }
     ~mapping() { ::munmap(p, bytes); }
     std::size_t bytes;

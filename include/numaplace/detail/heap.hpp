@@ -690,7 +690,7 @@ private:
     explicit heap_registry(std::size_t nodes) : count_(nodes * heap_sources) {
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i) heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), i % heap_sources);
-        memory::detail::capacity::instance(); // made before the fork handlers lock it
+        memory::detail::capacity::instance(); // made with the heaps (the fork handlers complete both)
         degradation_log::instance();
     }
 
@@ -699,8 +699,9 @@ public:
     // exist before any thread can be inside the heap. `prepare` first completes (or makes) the
     // topology and the heaps: a fork while another thread is still initialising them would leave the
     // child waiting on that thread's static-initialisation guard forever. Lock order: heaps' fork gates
-    // (in index order), then the capacity accounting, then the degradation log (a heap admits spans
-    // and records a degradation while inside its gate).
+    // (in index order); the capacity accounting's and the degradation log's handlers run after this
+    // one (registered earlier: memory.hpp, topology.hpp) and lock theirs (a heap admits spans and
+    // records a degradation while inside its gate). See detail/fork_guard.hpp.
     static bool& fork_locked() noexcept {
         static bool locked = false;
         return locked;
@@ -709,8 +710,6 @@ public:
         try {
             auto& r = instance();
             for (std::size_t i = 0; i < r.count_; ++i) r.heaps_[i]->close();
-            memory::detail::capacity::instance().mutex().lock();
-            degradation_log::instance().mutex.lock();
             fork_locked() = true;
         } catch (...) { // no topology: no heap to protect
         }
@@ -719,8 +718,6 @@ public:
         if (!fork_locked()) return;
         fork_locked() = false;
         auto& r = instance();
-        degradation_log::instance().mutex.unlock();
-        memory::detail::capacity::instance().mutex().unlock();
         for (std::size_t i = r.count_; i-- > 0;) r.heaps_[i]->reopen(child);
     }
     static void resume_parent() noexcept { resume(false); }

@@ -19,14 +19,34 @@
 namespace numaplace {
 namespace detail {
 
+// One lock for every state type's registry. Its fork handlers are registered at static initialisation
+// and nothing on the way to a registry waits on a C++ initialisation guard: the lock is
+// constant-initialised and each registry is made under it on first use. (A registry made by a
+// function-local static, installing its handlers from inside the initialiser, could be half-made by one
+// thread while another forks: the child then waits forever on that guard, or on glibc's atfork lock
+// the initialiser needs while the forking thread holds it.)
+struct intern_lock {
+    std::mutex mutex;
+    static intern_lock& instance() noexcept {
+        static intern_lock lock; // constant initialisation (std::mutex's constructor is constexpr): no guard
+        return lock;
+    }
+    static std::mutex& fork_mutex() noexcept { return instance().mutex; }
+};
+struct intern_fork_handlers {
+    intern_fork_handlers() noexcept { fork_guard<intern_lock>::install(); }
+};
+inline const intern_fork_handlers intern_fork_handlers_registered{};
+
 template <class State>
 struct intern_registry {
-    std::mutex mutex;
     std::set<State> states; // node-based: addresses stay put
 
-    static intern_registry& instance() {
-        // never destroyed (usable during static destruction); fork-safe (see fork_guard.hpp)
-        static intern_registry* r = (fork_guard<intern_registry>::install(), new intern_registry);
+    /// \requires intern_lock held. \returns the registry (made on first use, never destroyed: usable
+    /// during static destruction).
+    static intern_registry& locked_instance() {
+        static intern_registry* r = nullptr; // constant initialisation; set under intern_lock
+        if (!r) r = new intern_registry;
         return *r;
     }
 };
@@ -34,17 +54,15 @@ struct intern_registry {
 /// \returns the one interned copy of `state` (equal content, same address). \throws std::bad_alloc.
 template <class State>
 const State* intern(State state) {
-    auto& r = intern_registry<State>::instance();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    return &*r.states.insert(std::move(state)).first;
+    std::lock_guard<std::mutex> lock(intern_lock::instance().mutex);
+    return &*intern_registry<State>::locked_instance().states.insert(std::move(state)).first;
 }
 
 /// \returns how many distinct states of this type were interned (what the registry holds).
 template <class State>
 std::size_t interned_count() {
-    auto& r = intern_registry<State>::instance();
-    std::lock_guard<std::mutex> lock(r.mutex);
-    return r.states.size();
+    std::lock_guard<std::mutex> lock(intern_lock::instance().mutex);
+    return intern_registry<State>::locked_instance().states.size();
 }
 
 } // namespace detail

@@ -4,6 +4,7 @@
 // The Linux system calls numaplace uses, called directly (no libnuma): mbind, move_pages, and small
 // /proc and /sys readers. This and detail/hwloc.hpp are the only platform code.
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -71,19 +72,29 @@ inline long sys_move_pages(unsigned long count, void** pages, const int* nodes, 
     return r < 0 ? -static_cast<long>(errno) : r;
 }
 
+// The two sizes below are cached in constant-initialised atomics, not function-local statics: a C++
+// initialisation guard held by another thread at fork() is never released in the child, whose next
+// partition would wait on it forever (test_attack_fork: ForkWhileAnotherThreadMakesTheGlobals...). Two
+// threads computing a size at once both store the same value.
 inline std::size_t page_size() noexcept {
-    static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    static std::atomic<std::size_t> cached{0};
+    std::size_t size = cached.load(std::memory_order_relaxed);
+    if (size == 0) {
+        size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+        cached.store(size, std::memory_order_relaxed);
+    }
     return size;
 }
 
 /// The PMD huge page size of transparent huge pages (2 MiB on x86-64).
 inline std::size_t huge_page_size() noexcept {
-    static const std::size_t size = [] {
+    static std::atomic<std::size_t> cached{0};
+    std::size_t size = cached.load(std::memory_order_relaxed);
+    if (size == 0) {
         std::ifstream in("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
-        std::size_t s = 0;
-        if (in >> s && s != 0) return s;
-        return std::size_t(2) << 20;
-    }();
+        if (!(in >> size) || size == 0) size = std::size_t(2) << 20;
+        cached.store(size, std::memory_order_relaxed);
+    }
     return size;
 }
 

@@ -103,6 +103,7 @@ private:
     }
 
     friend struct fork_guard<placed_buffers>;
+    static std::shared_mutex& fork_mutex() { return instance().mutex; } // made first (see fork_guard.hpp)
     mutable std::shared_mutex mutex;
     std::map<std::uintptr_t, entry> map_;
     std::atomic<std::size_t> size_{0};
