@@ -40,6 +40,7 @@
 /// block holds the exact weighted share n·w_k/Σw of the units to within one alignment step (strictly less
 /// than `step()` units more or fewer): edge k is the exact cumulative share rounded down to a step.
 
+#include "detail/fork_guard.hpp"
 #include "detail/intern.hpp"
 #include "detail/linux.hpp"
 #include "error.hpp"
@@ -172,6 +173,12 @@ inline const partition_layout& empty_layout() noexcept {
     static const partition_layout* empty = ::new (static_cast<void*>(storage)) partition_layout();
     return *empty;
 }
+// Completes the empty layout before a fork (see detail/fork_guard.hpp): a child must not wait on the
+// initialisation guard of a thread that was making it (a default partition in the child would hang).
+struct empty_layout_fork_handler {
+    empty_layout_fork_handler() noexcept { ::pthread_atfork([] { (void)empty_layout(); }, nullptr, nullptr); }
+};
+inline const empty_layout_fork_handler empty_layout_fork_handler_registered{};
 
 /// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
 inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {

@@ -17,6 +17,10 @@
 // reverse order of registration, that is, of header inclusion: the heap's gates (detail/heap.hpp), then the
 // placed-buffer record and the interning lock, then the capacity accounting (memory.hpp), then the
 // degradation log (topology.hpp), which any of the others may write to while holding its own lock.
+// Objects made on first use that no lock guards are completed by prepare handlers of their own: the node
+// pools (pmr.hpp), the empty partition layout (partition.hpp); the page sizes (linux.hpp) and the interning
+// registries (intern.hpp) are made without a C++ guard. test_attack_fork forks while another thread makes
+// all of them (ForkWhileAnotherThreadMakesTheGlobalsForTheFirstTime).
 
 #include <new>
 #include <type_traits>

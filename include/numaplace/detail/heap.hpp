@@ -6,9 +6,12 @@
 //
 // - 60 size classes, 16 B to 1 MiB: 16-byte steps to 128 B, then four classes per power of two.
 // - Mid sizes (classes of whole pages from 4 pages = 16 KiB up to 1 MiB, at alignments up to a page)
-//   are page runs: carved best-fit from 8 MiB regions of the heap's node, and coalesced with their free
-//   neighbours when freed (boundary tags), so a freed 1 MiB block can serve four 256 KiB ones and the footprint follows
-//   the bytes in use, not the sum of each class's high-water mark. Free runs whose pages may be resident
+//   are page runs of the request's own whole pages (not its class's size, which is 9% more for sizes
+//   spread log-uniformly): carved best-fit from 8 MiB regions of the heap's node (a run longer than
+//   1 MiB: the one at the lowest address, so that the high end of the address space stays free and
+//   its regions empty), and coalesced with their free neighbours when freed (boundary tags), so a freed
+//   1 MiB block can serve four 256 KiB ones and the footprint follows the bytes in use, not the sum of
+//   each size's high-water mark. Free runs whose pages may be resident
 //   ("dirty", counted as the pages freed into them since their last purge) are bounded per heap by the
 //   run bytes in use (at least 1 MiB); beyond, the runs freed into longest ago are given back with
 //   MADV_DONTNEED until half the bound is left (they stay mapped and bound, so a later fault lands on
@@ -29,7 +32,9 @@
 //   a degrading heap falls back to default-policy spans and records it. Spans are admitted against
 //   the node's free memory first (memory::admit), so a full node throws instead of OOM-killing.
 // - Per-thread caches per heap and class, bounded (at most 256 KiB or two blocks per class, 4 MiB per
-//   thread in all); refills and flushes move batches under the mutex of the heap's class.
+//   thread in all); refills and flushes move batches under the mutex of the heap's class. Runs: two
+//   blocks per length, at most 1 MiB of runs per thread (beyond, the other lengths' blocks go back,
+//   longest first), refilled one block at a time.
 // - Freeing never allocates (intrusive lists only), so it cannot fail when the address space is
 //   exhausted. pthread_atfork handlers take every heap lock around fork(), so a child can allocate.
 
@@ -86,8 +91,10 @@ inline std::size_t heap_class(std::size_t bytes, std::size_t alignment) noexcept
 }
 
 /// Slots: what the thread caches and heaps are indexed by. Slot c < heap_class_count is class c in
-/// spans; slot heap_class_count + c is class c as page runs (blocks aligned to a page only).
-constexpr std::size_t heap_slots = 2 * heap_class_count;
+/// spans; slot heap_class_count + n is a page run of n pages (4 <= n <= heap_run_pages_max, blocks
+/// aligned to a page only): a run is the request's whole pages, not its class's size.
+constexpr std::size_t heap_run_pages_max = heap_max_block / 4096; // pages are at least 4 KiB
+constexpr std::size_t heap_slots = heap_class_count + heap_run_pages_max + 1;
 constexpr std::size_t heap_no_slot = heap_slots;
 /// The first class that can be a page run (16 KiB: four pages of 4 KiB, the smallest page size).
 constexpr std::size_t heap_run_first = 35;
@@ -98,16 +105,16 @@ inline bool heap_run_class(std::size_t c) noexcept {
     const std::size_t page = page_size(), size = heap_class_size(c);
     return size >= 4 * page && size % page == 0;
 }
-/// \returns the slot serving `bytes` at `alignment`, or heap_no_slot (own mapping).
+/// \returns the slot serving `bytes` at `alignment`, or heap_no_slot (own mapping). A run class's
+/// request is a run of its own pages (more than 3.5 pages: its class is over 14 KiB at 4 KiB pages).
 inline std::size_t heap_slot(std::size_t bytes, std::size_t alignment) noexcept {
     // the common case inline: default alignment, a size below the run classes
     if (alignment <= 16 && bytes < 16384) return heap_class_of(bytes == 0 ? 1 : bytes);
     const std::size_t c = heap_class(bytes, alignment);
     if (c == heap_no_class) return heap_no_slot;
-    return alignment <= page_size() && heap_run_class(c) ? heap_class_count + c : c;
-}
-constexpr std::size_t heap_class_of_slot(std::size_t slot) noexcept {
-    return slot >= heap_class_count ? slot - heap_class_count : slot;
+    const std::size_t page = page_size();
+    if (alignment > page || !heap_run_class(c)) return c;
+    return heap_class_count + ((bytes + page - 1) >> __builtin_ctzll(page)); // a power of two: no division
 }
 
 struct heap_block {
@@ -157,6 +164,20 @@ struct heap_tables {
 inline constexpr heap_tables heap_table{};
 static_assert(sizeof(heap_span) <= 64, "span header fits in its first 64 bytes");
 static_assert(heap_class_size(heap_class_count - 1) == heap_max_block, "classes end at 1 MiB");
+
+/// A slot's block size and thread-cache bounds: its class's; for a run of n pages, n pages, two blocks
+/// cached (and at most 1 MiB of runs in all, see heap_cache), refilled one block at a time (runs'
+/// sizes spread over many slots: a batch would mostly wait in the cache).
+struct heap_slot_info {
+    std::size_t size, cache_max, batch;
+};
+inline heap_slot_info heap_slot_info_of(std::size_t slot) noexcept {
+    if (__builtin_expect(slot < heap_class_count, 1)) {
+        const heap_class_info& i = heap_table.info[slot];
+        return {i.size, i.cache_max, i.batch};
+    }
+    return {(slot - heap_class_count) * page_size(), 2, 1};
+}
 
 inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
     return reinterpret_cast<heap_span*>(reinterpret_cast<std::uintptr_t>(block) &
@@ -498,7 +519,10 @@ private:
         m[i].dirty = static_cast<std::uint32_t>(dirty);
     }
     // The free run best fitting `pages` in one set: the first of the smallest non-empty bin >= pages,
-    // else the first long enough in bin 0.
+    // else the one long enough at the lowest address in bin 0. Carving the long runs from the low
+    // end of the address space leaves the high end free: its runs coalesce and its regions empty (one
+    // kept, the others unmapped) instead of every region keeping some free pages resident. (The
+    // newest long run first instead: BM_Mixed's peak RSS 130 MiB, not 117, with 2 threads.)
     run_meta* find_in(std::size_t set, std::size_t pages) noexcept {
         if (pages <= run_bin_max)
             for (std::size_t w = pages / 64; w < run_words; ++w) {
@@ -506,9 +530,10 @@ private:
                 if (w == pages / 64) bits &= ~std::uint64_t(0) << (pages % 64);
                 if (bits) return bin_[set][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))];
             }
+        run_meta* lowest = nullptr;
         for (run_meta* m = bin_[set][0]; m; m = m->next)
-            if (m->len >= pages) return m;
-        return nullptr;
+            if (m->len >= pages && (!lowest || m < lowest)) lowest = m;
+        return lowest;
     }
     // Dirty runs first: reusing pages that are already resident costs neither page faults nor
     // resident memory; a clean run only when no dirty one fits.
@@ -630,8 +655,8 @@ private:
                     m = next;
                 }
     }
-    std::size_t run_take(std::size_t c, std::size_t want, heap_block*& head) {
-        const std::size_t size = heap_table.info[c].size, pages = size / page_size();
+    std::size_t run_take(std::size_t pages, std::size_t want, heap_block*& head) {
+        const std::size_t size = pages * page_size();
         std::lock_guard<std::mutex> lock(run_mutex_);
         heap_block* list = nullptr;
         std::size_t n = 0;
@@ -645,8 +670,7 @@ private:
         head = list;
         return n;
     }
-    void run_give(std::size_t c, heap_block* list) noexcept {
-        const std::size_t pages = heap_table.info[c].size / page_size();
+    void run_give(std::size_t pages, heap_block* list) noexcept {
         std::lock_guard<std::mutex> lock(run_mutex_);
         while (list) {
             heap_block* b = list;
@@ -740,6 +764,7 @@ public:
         flush_all();
         for (std::size_t h = 0; h < count_; ++h) delete[] lists_[h];
         delete[] lists_;
+        delete[] run_marks_;
         current() = nullptr;
         state() = dead;
     }
@@ -748,15 +773,15 @@ public:
         list* ls = lists_[heap];
         if (__builtin_expect(ls == nullptr, 0)) ls = lists_[heap] = new list[heap_slots]();
         list& l = ls[slot];
-        const heap_class_info& info = heap_table.info[heap_class_of_slot(slot)];
+        const heap_slot_info info = heap_slot_info_of(slot);
         if (__builtin_expect(l.head == nullptr, 0)) {
             l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head);
-            bytes_ += l.count * info.size;
+            counted(heap, slot, l.count * info.size, true);
         }
         heap_block* b = l.head;
         l.head = b->next;
         --l.count;
-        bytes_ -= info.size;
+        counted(heap, slot, info.size, false);
         return b;
     }
     /// The fast paths (inlined into the allocators): a block from this thread's list, or nullptr.
@@ -768,15 +793,17 @@ public:
         if (__builtin_expect(b == nullptr, 0)) return nullptr;
         l.head = b->next;
         --l.count;
-        bytes_ -= heap_table.info[heap_class_of_slot(slot)].size;
+        if (__builtin_expect(slot < heap_class_count, 1)) bytes_ -= heap_table.info[slot].size;
+        else counted(heap, slot, heap_slot_info_of(slot).size, false);
         return b;
     }
     /// \returns true if `p` went on this thread's list without going over a bound.
     bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
         list* ls = lists_[heap];
         if (__builtin_expect(ls == nullptr, 0)) return false;
+        if (__builtin_expect(slot >= heap_class_count, 0)) return try_push_run(heap, slot, p);
         list& l = ls[slot];
-        const heap_class_info& info = heap_table.info[heap_class_of_slot(slot)];
+        const heap_class_info& info = heap_table.info[slot];
         if (__builtin_expect(l.count >= info.cache_max || bytes_ + info.size > budget, 0)) return false;
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
@@ -785,18 +812,32 @@ public:
         bytes_ += info.size;
         return true;
     }
+    /// try_push of a run (out of line: the inlined span path stays small). Over the run budget, false:
+    /// deallocate then evicts other runs.
+    [[gnu::noinline]] bool try_push_run(std::size_t heap, std::size_t slot, void* p) noexcept {
+        list& l = lists_[heap][slot];
+        const heap_slot_info info = heap_slot_info_of(slot);
+        if (l.count >= info.cache_max || bytes_ + info.size > budget || run_bytes_ + info.size > run_budget) return false;
+        auto* b = static_cast<heap_block*>(p);
+        b->next = l.head;
+        l.head = b;
+        ++l.count;
+        counted(heap, slot, info.size, true);
+        return true;
+    }
     /// \returns false if this thread has no list for the heap (the caller frees centrally).
     bool deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
         list* ls = lists_[heap];
         if (!ls) return false;
         list& l = ls[slot];
-        const heap_class_info& info = heap_table.info[heap_class_of_slot(slot)];
+        const heap_slot_info info = heap_slot_info_of(slot);
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
         ++l.count;
-        bytes_ += info.size;
+        counted(heap, slot, info.size, true);
         if (__builtin_expect(l.count > info.cache_max, 0)) trim(heap, slot, info.batch);
+        if (__builtin_expect(run_bytes_ > run_budget, 0)) evict_runs(heap, slot);
         if (__builtin_expect(bytes_ > budget, 0)) shrink(heap);
         return true;
     }
@@ -829,12 +870,47 @@ public:
 
 private:
     static constexpr std::size_t budget = std::size_t(4) << 20;
-    // Over budget: gives back this heap's largest classes first until half the budget is left.
+    // Of which page runs at most 1 MiB (the largest run, so that a block of any size cycles through the
+    // cache): runs' sizes spread over 253 slots (4 KiB pages), so the cache rarely serves a random size
+    // again, and runs cached for that are resident and count as in use, raising the heap's dirty bound
+    // (runs cached up to the 4 MiB budget: BM_MixedEveryPage ended 9.2 MiB above its start).
+    static constexpr std::size_t run_budget = heap_max_block;
+    static constexpr std::size_t run_words = (heap_slots - heap_class_count + 63) / 64;
+    // Counts `bytes` of blocks into (`in`) or out of the cache; a run slot that gets blocks is marked in
+    // its heap's bitmap (unmarked when evict_heap gives its blocks back).
+    void counted(std::size_t heap, std::size_t slot, std::size_t bytes, bool in) noexcept {
+        bytes_ = in ? bytes_ + bytes : bytes_ - bytes;
+        if (slot < heap_class_count) return;
+        run_bytes_ = in ? run_bytes_ + bytes : run_bytes_ - bytes;
+        const std::size_t i = slot - heap_class_count;
+        if (in) run_marks_[heap * run_words + i / 64] |= std::uint64_t(1) << (i % 64);
+    }
+    // Gives back heap `heap`'s cached runs but slot `keep`'s, longest first, while over the run budget.
+    void evict_heap(std::size_t heap, std::size_t keep) noexcept {
+        std::uint64_t* marks = &run_marks_[heap * run_words];
+        for (std::size_t w = run_words; w-- > 0 && run_bytes_ > run_budget;)
+            for (std::uint64_t bits = marks[w]; bits != 0 && run_bytes_ > run_budget;) {
+                const std::size_t b = 63 - static_cast<std::size_t>(__builtin_clzll(bits));
+                bits &= ~(std::uint64_t(1) << b);
+                const std::size_t slot = heap_class_count + w * 64 + b;
+                if (slot == keep) continue;
+                marks[w] &= ~(std::uint64_t(1) << b);
+                trim(heap, slot, 0);
+            }
+    }
+    // Over the run budget after a run of slot `keep` came back to heap `heap`: gives back the other
+    // cached runs, longest first (this heap's, then other heaps'), then all but one of `keep`'s (the
+    // newest block stays: the next request of its size finds it).
+    void evict_runs(std::size_t heap, std::size_t keep) noexcept {
+        evict_heap(heap, keep);
+        for (std::size_t h = 0; h < count_ && run_bytes_ > run_budget; ++h)
+            if (h != heap && lists_[h]) evict_heap(h, heap_no_slot);
+        if (run_bytes_ > run_budget) trim(heap, keep, 1);
+    }
+    // Over budget: gives back this heap's runs, longest first, then its classes, largest first, until
+    // half the budget is left.
     void shrink(std::size_t heap) noexcept {
-        for (std::size_t c = heap_class_count; c-- > 0 && bytes_ > budget / 2;) {
-            trim(heap, heap_class_count + c, 0);
-            trim(heap, c, 0);
-        }
+        for (std::size_t slot = heap_slots; slot-- > 0 && bytes_ > budget / 2;) trim(heap, slot, 0);
         if (bytes_ > budget / 2) flush_all();
     }
     struct list {
@@ -843,6 +919,7 @@ private:
     };
     heap_cache() : count_(heap_registry::instance().size()) {
         lists_ = new list*[count_]();
+        run_marks_ = new std::uint64_t[count_ * run_words]();
     }
     // Keeps the first `keep` blocks, gives the rest back.
     void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
@@ -858,13 +935,15 @@ private:
             rest = last->next;
             last->next = nullptr;
         }
-        bytes_ -= (l.count - keep) * heap_table.info[heap_class_of_slot(slot)].size;
+        counted(heap, slot, (l.count - keep) * heap_slot_info_of(slot).size, false);
         l.count = keep;
         heap_registry::instance().at(heap).give(slot, rest);
     }
     std::size_t count_;
     list** lists_;
-    std::size_t bytes_ = 0;
+    std::size_t bytes_ = 0;     // cached, all slots
+    std::size_t run_bytes_ = 0; // cached, page runs
+    std::uint64_t* run_marks_;  // per heap, the run slots that may have blocks (bit n: runs of n pages)
 };
 
 inline std::size_t heap_index(int node, std::size_t source) noexcept {
