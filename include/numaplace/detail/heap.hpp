@@ -36,7 +36,9 @@
 //   blocks per length, at most 1 MiB of runs per thread (beyond, the other lengths' blocks go back,
 //   longest first), refilled one block at a time.
 // - Freeing never allocates (intrusive lists only), so it cannot fail when the address space is
-//   exhausted. pthread_atfork handlers take every heap lock around fork(), so a child can allocate.
+//   exhausted. A pthread_atfork handler closes every heap's gate around fork() (no thread is then
+//   inside a heap, so none holds a heap lock) after completing the heaps, so a child can allocate;
+//   the accounting and the log have their own handlers (detail/fork_guard.hpp).
 
 #include "../error.hpp"
 #include "../memory.hpp"
