@@ -13,6 +13,8 @@
 
 #include <gtest/gtest.h>
 
+#include <child.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -85,20 +87,7 @@ int first_use_try(long delay_us) {
     const pid_t pid = fork();
     if (pid == 0) _exit(use_every_global());
     maker.join();
-    if (pid < 0) return 254;
-    int status = 0;
-    for (int waited_ms = 0; waitpid(pid, &status, WNOHANG) == 0; waited_ms += 5) {
-        if (waited_ms > 20000) { // hung: its stacks go to the log when gdb is there
-            const std::string gdb = "command -v gdb >/dev/null && gdb -p " + std::to_string(pid) +
-                                    " -batch -ex 'thread apply all bt' </dev/null 2>&1 | grep -v '^\\[' >&2";
-            if (std::system(gdb.c_str()) != 0) std::fprintf(stderr, "(no stacks of the hung child)\n");
-            ::kill(pid, SIGKILL);
-            waitpid(pid, &status, 0);
-            return 255;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return numaplace_test::wait_child(pid, 20);
 }
 
 // In a process executed by the test below, the try runs here (static initialisation of this file, after

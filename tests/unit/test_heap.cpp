@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <child.hpp>
 #include <seccomp.hpp>
 
 #include <algorithm>
@@ -67,36 +68,8 @@ int policy_at(const void* p) {
     return mode;
 }
 
-// Runs `child` in a forked process; \returns its exit code, 128 + signal, or 255 when it did not end
-// within `seconds` (then killed): a hang counts as a failure.
-int run_child(const std::function<int()>& child, int seconds = 60) {
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-        int code = 99;
-        try {
-            code = child();
-        } catch (...) {
-            code = 98;
-        }
-        ::_exit(code);
-    }
-    if (pid < 0) return -1;
-    int status = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (::waitpid(pid, &status, WNOHANG) == 0) {
-        if (std::chrono::steady_clock::now() > deadline) {
-            // A hang is a bug to find: the child's stacks go to the log when gdb is there to print them.
-            const std::string gdb = "command -v gdb >/dev/null && gdb -p " + std::to_string(pid) +
-                                    " -batch -ex 'thread apply all bt' </dev/null 2>&1 | grep -v '^\\[' >&2";
-            if (std::system(gdb.c_str()) != 0) std::fprintf(stderr, "(no stacks of the hung child %d)\n", static_cast<int>(pid));
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, &status, 0);
-            return 255;
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    }
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
+// Children run in forked processes (tests/support/child.hpp): exit code, 128 + signal, or 255 (hung).
+using numaplace_test::run_child;
 
 template <class F>
 void expect_enomem(F f, const std::string& what) {

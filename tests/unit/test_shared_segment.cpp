@@ -4,6 +4,7 @@
 // every part is on node 0, which is still exact.
 #include <numaplace/shared_segment.hpp>
 
+#include "child.hpp"
 #include "seccomp.hpp"
 
 #include "smaps.hpp"
@@ -18,6 +19,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <dirent.h>
@@ -60,22 +62,11 @@ std::string unique_name(const char* what) {
     return "/numaplace-test-" + std::string(what) + "-" + std::to_string(::getpid());
 }
 
-// Runs f in a forked child; \returns its exit code (128 + signal if killed).
+// Runs f in a forked child (tests/support/child.hpp); \returns its exit code (128 + signal if killed,
+// 255 if it hung for a minute).
 template <class F>
 int in_child(F&& f) {
-    pid_t pid = ::fork();
-    if (pid == 0) {
-        int code = 99;
-        try {
-            code = f();
-        } catch (...) {
-            code = 98;
-        }
-        ::_exit(code);
-    }
-    int status = 0;
-    ::waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return numaplace_test::run_child(std::forward<F>(f), 60);
 }
 
 bool binding_works() { return topology::get().capabilities().memory_binding; }
