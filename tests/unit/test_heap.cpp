@@ -598,6 +598,22 @@ TEST(heap, mid_size_classes_are_page_runs_at_page_alignment_and_spans_above) {
     }
     for (std::size_t bytes : {std::size_t(1), std::size_t(4096), std::size_t(5000), std::size_t(16383)})
         EXPECT_LT(detail::heap_slot(bytes, 16), detail::heap_class_count) << bytes << " should be a span block";
+    // below 16 KiB at a default alignment a span block; over-aligned (64 B..a page) the same sizes are
+    // in the 16 KiB class, so a run of its whole pages: never fewer than 4, never more than the class
+    for (std::size_t align : {std::size_t(64), page}) {
+        if (align == page) // at a page of alignment sizes round to whole pages first: 14 KiB is a 4-page run
+            EXPECT_EQ(detail::heap_slot_info_of(detail::heap_slot(14336, align)).size, 4 * page);
+        else
+            EXPECT_LT(detail::heap_slot(14336, align), detail::heap_class_count) << "14 KiB at " << align << ": a span";
+        for (std::size_t bytes : {std::size_t(14337), std::size_t(16383), 4 * page - 1, 4 * page}) {
+            const std::size_t slot = detail::heap_slot(bytes, align);
+            ASSERT_GE(slot, detail::heap_class_count) << bytes << " at " << align << ": a run";
+            EXPECT_EQ(detail::heap_slot_info_of(slot).size, 4 * page) << bytes << " at " << align;
+        }
+        EXPECT_EQ(detail::heap_slot_info_of(detail::heap_slot(mib - 1, align)).size, mib);
+        EXPECT_EQ(detail::heap_slot_info_of(detail::heap_slot(mib - page + 1, align)).size, mib);
+        EXPECT_EQ(detail::heap_slot_info_of(detail::heap_slot(mib - page, align)).size, mib - page);
+    }
     EXPECT_EQ(detail::heap_slot(mib + 1, 16), detail::heap_no_slot);
     EXPECT_EQ(detail::heap_slot(SIZE_MAX - 8, 16), detail::heap_no_slot);
     // at exactly a page of alignment a run; one step above, a span of a size-aligned class
@@ -606,8 +622,9 @@ TEST(heap, mid_size_classes_are_page_runs_at_page_alignment_and_spans_above) {
     // served blocks at those edges are aligned as asked and usable to their last byte
     node_allocator<char> a(0);
     std::pmr::memory_resource& pool = node_pool(0);
-    for (std::size_t bytes : {std::size_t(16383), std::size_t(16384), std::size_t(16385), mib - 1, mib})
-        for (std::size_t align : {std::size_t(1), page, 2 * page}) {
+    for (std::size_t bytes : {std::size_t(14337), std::size_t(16383), std::size_t(16384), std::size_t(16385), mib - page,
+                              mib - 1, mib})
+        for (std::size_t align : {std::size_t(1), std::size_t(64), page, 2 * page}) {
             auto* p = static_cast<char*>(pool.allocate(bytes, align));
             EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % align, 0u) << bytes << " at " << align;
             p[0] = p[bytes - 1] = 1;
