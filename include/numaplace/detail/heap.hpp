@@ -921,7 +921,12 @@ private:
     };
     heap_cache() : count_(heap_registry::instance().size()) {
         lists_ = new list*[count_]();
-        run_marks_ = new std::uint64_t[count_ * run_words]();
+        try {
+            run_marks_ = new std::uint64_t[count_ * run_words]();
+        } catch (...) { // the cache is not made (the allocation throws bad_alloc): nothing is kept
+            delete[] lists_;
+            throw;
+        }
     }
     // Keeps the first `keep` blocks, gives the rest back.
     void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
