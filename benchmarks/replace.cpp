@@ -73,7 +73,7 @@ double raw_mbind_move(buffer& b, unsigned os) {
     detail::kernel_nodemask mask;
     mask.set(os);
     const auto t = std::chrono::steady_clock::now();
-    detail::sys_mbind(b.data, b.bytes, detail::mpol_bind, mask, detail::mpol_mf_move);
+    detail::os_mbind(b.data, b.bytes, detail::mpol_bind, mask, detail::mpol_mf_move);
     return seconds(t);
 }
 double numaplace_replace(buffer& b, int node) {
@@ -188,7 +188,7 @@ void BM_Replicated_Fill_vs_Memcpy(benchmark::State& state) {
             void* p = memory::map(bytes);
             detail::kernel_nodemask mask;
             mask.set(topology::get().at(node).os_index);
-            detail::sys_mbind(p, bytes, detail::mpol_bind, mask, 0);
+            detail::os_mbind(p, bytes, detail::mpol_bind, mask, 0);
             std::memcpy(p, src.data(), bytes);
             bufs.push_back(p);
         }

@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 namespace {
@@ -41,6 +42,28 @@ std::size_t mem_available() {
     while (in >> key >> kb >> unit)
         if (key == "MemAvailable:") return kb * 1024;
     return std::size_t(4) << 30;
+}
+
+/// Address space this process may still map under RLIMIT_AS (`ulimit -v`, as batch systems set it): the
+/// limit less what is mapped now (VmSize) and a reserve for `threads` worker threads (stack and malloc
+/// arena each) and the small vectors; SIZE_MAX without a limit.
+std::size_t address_space_room(int threads) {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+    std::size_t mapped = 0;
+    std::ifstream in("/proc/self/status");
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("VmSize:", 0) == 0) mapped = std::strtoull(line.c_str() + 7, nullptr, 10) * 1024;
+    const std::size_t reserve = (std::size_t(64) << 20) + static_cast<std::size_t>(threads) * (std::size_t(80) << 20);
+    const std::size_t cap = static_cast<std::size_t>(limit.rlim_cur);
+    return cap > mapped + reserve ? cap - mapped - reserve : 0;
+}
+
+/// The RLIMIT_AS soft limit in KiB, as `ulimit -v` prints it.
+std::string address_space_limit_kb() {
+    rlimit limit{};
+    if (::getrlimit(RLIMIT_AS, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return "unlimited";
+    return std::to_string(limit.rlim_cur / 1024);
 }
 
 double best_seconds(int reps, const std::function<void()>& f) {
@@ -92,11 +115,13 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
 } // namespace
 
 int main(int argc, char** argv) {
-    // Default: the seeds' 20000 x 20000 (3.2 GB) if a third of the available memory holds it.
+    // Default: the seeds' 20000 x 20000 (3.2 GB) if a third of the available memory holds it, and the
+    // address-space limit too.
     std::size_t n = 20000;
     const std::size_t avail = mem_available();
-    while (n > 2000 && n * n * sizeof(double) > avail / 3) n -= 1000;
     const int cores = tbb::info::default_concurrency();
+    const std::size_t room = address_space_room(cores);
+    while (n > 2000 && n * n * sizeof(double) > std::min(avail / 3, room)) n -= 1000;
     int max_threads = cores;
     int reps = 5;
     bool expect_locality = false, with_replace = false;
@@ -122,6 +147,10 @@ int main(int argc, char** argv) {
             if (v * v > avail / sizeof(double))
                 return bad_argument("--size " + std::to_string(v) + " needs " + std::to_string(v * v * sizeof(double) >> 20) +
                                     " MiB for A; " + std::to_string(avail >> 20) + " MiB are available");
+            if (v * v > room / sizeof(double)) // checked before any allocation, as the memory above
+                return bad_argument("--size " + std::to_string(v) + " needs " + std::to_string(v * v * sizeof(double) >> 20) +
+                                    " MiB for A; the address-space limit (ulimit -v " + address_space_limit_kb() +
+                                    ") leaves " + std::to_string(room >> 20) + " MiB");
             n = static_cast<std::size_t>(v);
         } else if (arg == "--threads") {
             if (!parse_count(text, static_cast<unsigned long long>(cores), v))

@@ -1,9 +1,12 @@
 // numaplace-info: the machine as numaplace sees it. Nodes, CPUs, memory (total and free, as
 // `numactl --hardware` shows them), distances and every capability, with each degradation spelled out.
 //   numaplace-info [--json] [--help]
-// Exit status: 0 report printed, 1 the topology could not be read, 2 bad arguments.
+// Exit status: 0 report printed, 1 the topology could not be read or the report not written (stdout
+// closed, a full disk: one line on stderr), 2 bad arguments.
 #include <numaplace/numaplace.hpp>
+#include <numaplace/report.hpp>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -13,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <link.h>
 
 namespace {
@@ -82,6 +86,18 @@ std::string json_string(const std::string& s) {
 
 const char* json_bool(bool b) { return b ? "true" : "false"; }
 
+/// Whether hwloc read the whole machine: no degradation recorded by the topology loader ("topology: ...").
+bool topology_readable() {
+    for (const auto& m : numaplace::degradations())
+        if (m.rfind("topology: ", 0) == 0) return false;
+    return true;
+}
+/// The hwloc backend that discovered the topology ("Linux" when read from sysfs).
+std::string topology_backend(const numaplace::topology& topo) {
+    const char* b = hwloc_obj_get_info_by_name(hwloc_get_root_obj(topo.native()), "Backend");
+    return b ? b : "unknown";
+}
+
 template <class Range>
 std::string json_numbers(const Range& r) {
     std::string out = "[";
@@ -122,7 +138,10 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
        << ", \"cpu_binding\": " << json_bool(caps.cpu_binding) << ", \"cpu_binding_errno\": " << caps.cpu_binding_errno
        << ", \"preferred_many\": " << json_bool(caps.preferred_many)
        << ", \"weighted_interleave\": " << json_bool(caps.weighted_interleave)
+       << ", \"numa_balancing_bind\": " << json_bool(caps.numa_balancing_bind)
        << ", \"transparent_huge_pages\": " << json_string(caps.thp) << ", \"numa_balancing\": " << caps.numa_balancing
+       << ", \"topology_readable\": " << json_bool(topology_readable())
+       << ", \"topology_backend\": " << json_string(topology_backend(topo))
        << "},\n  \"degradations\": {\"count\": " << numaplace::degradation_count() << ", \"messages\": [";
     first = true;
     for (const auto& m : numaplace::degradations()) {
@@ -140,6 +159,11 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
 
 void print_text(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
     numaplace::print_report(os, topo);
+    os << "topology readable:           "
+       << (topology_readable() ? "yes (hwloc backend " + topology_backend(topo) + ")"
+                               : "NO (hwloc backend " + topology_backend(topo) +
+                                     ": nodes may be missing, see the topology degradations above)")
+       << '\n';
     os << "memory per node (numactl -H):\n";
     for (const auto& n : topo.nodes()) {
         os << "  node " << n.id << " size: " << (n.memory >> 20) << " MiB, free: ";
@@ -157,14 +181,29 @@ void print_text(std::ostream& os, const numaplace::topology& topo, const numapla
        << "\narena pinning:               " << numaplace::name(arenas.pinning) << " — " << arenas.reason << '\n';
 }
 
+/// Writes `text` to stdout and flushes it. \returns 0 or the errno of the failed write.
+int write_stdout(const std::string& text) {
+    errno = 0;
+    const bool ok = std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0 &&
+                    !std::ferror(stdout);
+    return ok ? 0 : errno != 0 ? errno : EIO;
+}
+
+/// The one line on stderr and exit status 1 when the report could not be written.
+int write_failed(int error) {
+    std::fprintf(stderr, "numaplace-info: cannot write the report to standard output: %s\n", std::strerror(error));
+    return 1;
+}
+
 } // namespace
 
 int main(int argc, char** argv) {
     bool json = false;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-            std::cout << usage_text;
-            return 0;
+            if (::fcntl(1, F_GETFD) == -1) return write_failed(errno);
+            const int error = write_stdout(usage_text);
+            return error ? write_failed(error) : 0;
         }
         if (std::strcmp(argv[i], "--json") == 0) {
             json = true;
@@ -173,15 +212,16 @@ int main(int argc, char** argv) {
         std::cerr << "numaplace-info: unknown option '" << argv[i] << "' (see numaplace-info --help)\n";
         return 2;
     }
+    // A closed stdout fails now, before a file opened while loading could take descriptor 1.
+    if (::fcntl(1, F_GETFD) == -1) return write_failed(errno);
     try {
         const auto& topo = numaplace::topology::get();
         const auto& arenas = numaplace::arena_capabilities();
         // Built in full first: an exception cannot leave half a JSON object on stdout.
         std::ostringstream out;
         if (json) print_json(out, topo, arenas); else print_text(out, topo, arenas);
-        std::cout << out.str() << std::flush;
+        if (const int error = write_stdout(out.str())) return write_failed(error);
     } catch (const std::exception& e) {
-        std::cout.flush();
         std::cerr << "numaplace-info: " << e.what() << '\n';
         return 1;
     }

@@ -7,6 +7,7 @@
 // Where the kernel refuses page queries or moves (Docker's default seccomp profile blocks move_pages
 // and mbind), the degrading replace reports it and the program still exits 0, saying so.
 
+#include <numaplace/allocator.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/replace.hpp>
 #include <numaplace/where.hpp>

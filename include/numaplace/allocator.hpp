@@ -6,14 +6,14 @@
 /// (and `allocator<T, Placement>` for any placement), plus `default_init_allocator` so vectors of
 /// trivial types are not zero-filled by one thread.
 ///
-/// Pooled vs own mapping (detail::placed_allocate): `node_allocator` serves blocks up to 1 MiB from the
+/// Pooled vs own mapping (detail/routing.hpp): `node_allocator` serves blocks up to 1 MiB from the
 /// node's heap (size classes, per-thread caches, spans bound to the node and given back when empty;
 /// `node_pool` in pmr.hpp is the same heap as a std::pmr resource); other placements pool blocks below a
 /// page at their home node. Larger blocks are their own mapping, placed page by page and aligned to
 /// `alignof(T)`. `benchmarks/allocation.cpp` measures both paths. Nothing here needs pmr.hpp, so this
 /// header does not include it, nor <memory_resource> (tests/header_deps checks both).
 
-#include "detail/heap.hpp"
+#include "detail/routing.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
@@ -125,10 +125,10 @@ public:
     /// overflows; placement_error (a std::bad_alloc) when a strict placement is refused or no memory.
     [[nodiscard]] T* allocate(size_type n) {
         if (n > max_size()) detail::throw_bad_length();
-        return static_cast<T*>(detail::placed_allocate(placement_, n * sizeof(T), alignof(T)));
+        return static_cast<T*>(detail::routed_allocate(placement_, n * sizeof(T), alignof(T)));
     }
     /// \effects releases what `allocate(n)` returned (of this or an equal allocator). Never allocates.
-    void deallocate(T* p, size_type n) noexcept { detail::placed_deallocate(placement_, p, n * sizeof(T), alignof(T)); }
+    void deallocate(T* p, size_type n) noexcept { detail::routed_deallocate(placement_, p, n * sizeof(T), alignof(T)); }
 
     allocator select_on_container_copy_construction() const { return *this; }
 

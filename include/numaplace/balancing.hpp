@@ -12,11 +12,12 @@
 
 #include "detail/linux.hpp"
 #include "error.hpp"
-#include "placement.hpp" // numaplace::fallback
+#include "place.hpp"
 #include "topology.hpp"
 
 #include <cstdint>
 #include <fstream>
+#include <sstream>
 #include <limits>
 #include <string>
 
@@ -35,9 +36,11 @@ struct balancing_counters {
     static balancing_counters read() {
         balancing_counters c;
         std::ifstream in("/proc/vmstat");
-        std::string key;
+        std::string line, key;
         std::uint64_t value = 0;
-        while (in >> key >> value) {
+        while (std::getline(in, line)) { // line by line: one unparsable line hides nothing after it
+            std::istringstream fields(line);
+            if (!(fields >> key >> value)) continue;
             if (key == "numa_pages_migrated") c.pages_migrated = value, c.available = true;
             else if (key == "numa_hint_faults") c.hint_faults = value;
             else if (key == "numa_hint_faults_local") c.hint_faults_local = value;
@@ -62,9 +65,11 @@ struct balancing_counters {
 /// \effects binds the pages of [p, p+bytes) (page aligned) to `nodes` with `MPOL_BIND |
 /// MPOL_F_NUMA_BALANCING`: allocations come from `nodes` only, and automatic NUMA balancing may migrate
 /// the pages among `nodes`, towards the CPUs that use them. Affects pages faulted in afterwards.
-/// \returns true if bound so; false if the kernel lacks the flag or refuses (`capabilities()
-/// .numa_balancing_bind`) and `fb` is degrading: then the range is bound with plain `MPOL_BIND` (pages
-/// stay where they are placed) or, if that is refused too, left to first touch, and it is recorded.
+/// The same contract as `place_pages(p, bytes, memory::policy_mode::bind_balancing, nodes, fb)`
+/// (place.hpp): admitted once against the nodes' free memory (ENOMEM throws for every fallback).
+/// \returns true if bound so; false if the kernel refuses and `fb` is degrading: where it lacks the flag
+/// (EINVAL, `capabilities().numa_balancing_bind` false) the range is bound with plain `MPOL_BIND` (pages
+/// stay where they are placed), otherwise left to first touch; either way it is recorded.
 /// \throws unknown_node, invalid_placement (empty set, unaligned or wrapping range); placement_error with the
 /// kernel's errno when strict.
 inline bool bind_with_balancing(void* p, std::size_t bytes, const node_set& nodes, fallback fb = fallback::strict) {
@@ -76,18 +81,8 @@ inline bool bind_with_balancing(void* p, std::size_t bytes, const node_set& node
     if (bytes > std::numeric_limits<std::uintptr_t>::max() - (detail::page_size() - 1) - reinterpret_cast<std::uintptr_t>(p))
         detail::throw_invalid("bind_with_balancing: a range of " + std::to_string(bytes) +
                               " bytes runs past the end of the address space");
-    detail::kernel_nodemask mask;
-    for (int id : nodes) mask.set(topo.at(id).os_index);
-    const int node = nodes.size() == 1 ? nodes[0] : -1;
-    int err = detail::sys_mbind(p, bytes, detail::mpol_bind | detail::mpol_f_numa_balancing, mask, 0);
-    if (err == 0) return true;
-    if (fb == fallback::strict)
-        detail::throw_placement(node, bytes, err, "mbind MPOL_BIND|MPOL_F_NUMA_BALANCING refused");
-    const int plain = detail::sys_mbind(p, bytes, detail::mpol_bind, mask, 0);
-    detail::degradation_log::instance().record(
-        "bind_with_balancing: MPOL_F_NUMA_BALANCING refused (errno " + std::to_string(err) + "), " +
-        (plain == 0 ? std::string("bound without it") : "left to first touch (errno " + std::to_string(plain) + ")"));
-    return false;
+    return detail::place(p, bytes, memory::policy_mode::bind_balancing, nodes, fb, "bind_with_balancing: ",
+                         detail::range_origin::foreign);
 }
 
 } // namespace numaplace

@@ -5,6 +5,8 @@
 /// Exception types. Everything numaplace throws is one of these or a standard exception
 /// (`std::bad_array_new_length` for size overflow, `std::system_error` for a failed system query).
 
+#include "detail/config.hpp"
+
 #include <cstddef>
 #include <iterator> // before <stdexcept>/<string>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <new>
@@ -77,19 +79,26 @@ static_assert(std::is_nothrow_copy_constructible<unknown_node>::value &&
                   std::is_nothrow_copy_constructible<invalid_placement>::value,
               "exceptions must copy without throwing");
 
+/// What a placement does when the kernel refuses it. Either way, a request larger than the memory the
+/// placement may use is refused with ENOMEM (see admission.hpp).
+enum class fallback {
+    strict, ///< throw `placement_error` (a `std::bad_alloc`), having released everything
+    degrade ///< leave the pages to the default policy (first touch) and record it: `degradations()`
+};
+
 namespace detail {
-// Kept out of line in spirit (noinline, cold) so the throwing code does not bloat the callers.
-[[noreturn]] __attribute__((noinline, cold)) inline void throw_unknown_node(int node, std::size_t count) {
+// Out of line and cold, so the throwing code does not bloat the callers.
+[[noreturn]] NUMAPLACE_COLD inline void throw_unknown_node(int node, std::size_t count) {
     throw unknown_node(node, count);
 }
-[[noreturn]] __attribute__((noinline, cold)) inline void throw_invalid(const std::string& what) {
+[[noreturn]] NUMAPLACE_COLD inline void throw_invalid(const std::string& what) {
     throw invalid_placement(what);
 }
-[[noreturn]] __attribute__((noinline, cold)) inline void throw_placement(int node, std::size_t bytes, int err,
+[[noreturn]] NUMAPLACE_COLD inline void throw_placement(int node, std::size_t bytes, int err,
                                                                          const std::string& what) {
     throw placement_error(node, bytes, err, what);
 }
-[[noreturn]] __attribute__((noinline, cold)) inline void throw_bad_length() {
+[[noreturn]] NUMAPLACE_COLD inline void throw_bad_length() {
     throw std::bad_array_new_length();
 }
 } // namespace detail

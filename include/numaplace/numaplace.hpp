@@ -4,16 +4,22 @@
 /// \file
 /// Umbrella header: every public numaplace header.
 
+#include "admission.hpp"
 #include "allocator.hpp"
+#include "arenas.hpp"
 #include "balancing.hpp"
+#include "basic_partition.hpp"
+#include "diagnostics.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "parallel_for.hpp"
 #include "partition.hpp"
+#include "place.hpp"
 #include "placement.hpp"
 #include "pmr.hpp"
 #include "replace.hpp"
 #include "replicated.hpp"
+#include "report.hpp"
 #include "shared_segment.hpp"
 #include "topology.hpp"
 #include "where.hpp"

@@ -30,10 +30,11 @@
 ///   copyable type is the simple way to meet all of this.
 
 #include "detail/intern.hpp"
-#include "detail/placed.hpp"
+#include "detail/buffer_record.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "partition.hpp"
+#include "place.hpp"
 #include "topology.hpp"
 
 #include <algorithm>
@@ -45,56 +46,8 @@
 #include <type_traits>
 #include <vector>
 
-#include <sys/mman.h>
 
 namespace numaplace {
-
-/// What a placement does when the kernel refuses it. Either way, a request larger than the memory the
-/// placement may use is refused with ENOMEM (see memory.hpp).
-enum class fallback {
-    strict, ///< throw `placement_error` (a `std::bad_alloc`), having released everything
-    degrade ///< leave the pages to the default policy (first touch) and record it: `degradations()`
-};
-
-namespace detail {
-/// \effects the policy over memory.hpp's mechanism: admits `bytes` on `nodes` (ENOMEM throws for
-/// every fallback), then sets `mode` on [p, p+bytes). A refusal throws when `fb` is strict, else is
-/// recorded. \returns true if placed, false if degraded.
-inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const node_set& nodes, fallback fb) {
-    const topology& topo = topology::get();
-    topo.check(nodes);
-    if (bytes == 0) return true;
-    const std::string what = memory::detail::describe(mode, nodes);
-    if (memory::admit(bytes, mode, nodes, p) != 0)
-        throw_placement(memory::detail::error_node(nodes), bytes, ENOMEM, what + ": more than the free memory of the nodes");
-    const int err = memory::bind(p, bytes, mode, nodes, topo);
-    if (err == 0) return true;
-    if (fb == fallback::strict)
-        throw_placement(memory::detail::error_node(nodes), bytes, err, "mbind " + what + " refused: " + std::strerror(err));
-    if (mode == memory::policy_mode::preferred_many && err == EINVAL) { // old kernel: prefer the first node
-        degradation_log::instance().record("preferred_many unsupported by the kernel (EINVAL): preferring node " +
-                                           std::to_string(nodes[0]));
-        return place(p, bytes, memory::policy_mode::preferred, node_set{nodes[0]}, fb);
-    }
-    if (mode == memory::policy_mode::bind_balancing && err == EINVAL) { // kernel < 5.12: plain bind
-        degradation_log::instance().record("MPOL_F_NUMA_BALANCING unsupported by the kernel (EINVAL): " +
-                                           memory::detail::describe(memory::policy_mode::bind, nodes) +
-                                           " without NUMA balancing");
-        return place(p, bytes, memory::policy_mode::bind, nodes, fb);
-    }
-    degradation_log::instance().record("mbind " + what + " refused (" + std::strerror(err) + "): left to first touch");
-    return false;
-}
-} // namespace detail
-
-/// \effects what every placement's `apply` does for one policy (for user-written placements):
-/// admits `bytes` on `nodes` (refused with ENOMEM for every fallback, see memory.hpp), then sets
-/// `mode` on the untouched range [p, p+bytes). \returns true if placed; false if the kernel refused
-/// and `fb` is degrade (recorded in `degradations()`). \throws placement_error (strict refusal, or
-/// ENOMEM); unknown_node.
-inline bool place_pages(void* p, std::size_t bytes, memory::policy_mode mode, const node_set& nodes, fallback fb) {
-    return detail::place(p, bytes, mode, nodes, fb);
-}
 
 /// How `on_node` holds its node.
 enum class node_policy {
@@ -144,8 +97,8 @@ struct node_weights {
 
 // Sets THP on the range as `advice` says (partitioned placement and first_touch).
 inline void advise_huge_pages(void* p, std::size_t bytes, huge_page_advice advice) noexcept {
-    if (advice == huge_page_advice::forbid) ::madvise(p, memory::page_round(bytes), MADV_NOHUGEPAGE);
-    else if (advice == huge_page_advice::request) ::madvise(p, memory::page_round(bytes), MADV_HUGEPAGE);
+    if (advice == huge_page_advice::forbid) os_advise(p, memory::page_round(bytes), page_advice::no_huge_pages);
+    else if (advice == huge_page_advice::request) os_advise(p, memory::page_round(bytes), page_advice::huge_pages);
 }
 } // namespace detail
 
@@ -224,16 +177,11 @@ public:
         }
         topology::get().check(nodes());
         if (bytes == 0) return true;
-        if (memory::admit(bytes, memory::policy_mode::bind, nodes()) != 0) // eager fill, bound runs: must fit
-            detail::throw_placement(-1, bytes, ENOMEM, "weighted interleave: more than the free memory of the nodes");
+        // eager fill of bound runs: must fit where bound
+        detail::admit_or_throw(p, bytes, memory::policy_mode::bind, nodes(), "weighted interleave: ");
         int node = -1;
         const int err = memory::weighted_fill(p, bytes, nodes(), weights(), node);
-        if (err == 0) return true;
-        if (fallback_ == fallback::strict)
-            detail::throw_placement(node, bytes, err, std::string("set_mempolicy bind refused: ") + std::strerror(err));
-        detail::degradation_log::instance().record(std::string("weighted interleave: set_mempolicy refused (") +
-                                                   std::strerror(err) + "): left to first touch");
-        return false;
+        return err == 0 || detail::refused(err, node, bytes, fallback_, "weighted interleave: set_mempolicy bind");
     }
     friend bool operator==(const interleaved& a, const interleaved& b) noexcept {
         return a.state_ == b.state_ && a.fallback_ == b.fallback_;
@@ -335,6 +283,36 @@ void* allocate(std::size_t bytes, const Placement& placement, std::size_t alignm
     return p;
 }
 } // namespace memory
+
+} // namespace numaplace
+
+// --- A partitioned container's partition ----------------------------------------------------------------
+
+namespace numaplace {
+
+namespace detail {
+/// Whether `Container` is contiguous (`data()`, `capacity()`) and its allocator partitioned
+/// (`partitioned_allocator<T>`, or `default_init_allocator` of one).
+template <class Container, class = void>
+struct is_partitioned_container : std::false_type {};
+template <class Container>
+struct is_partitioned_container<
+    Container, decltype(std::declval<const Container&>().get_allocator().placement().partition_for(0),
+                        std::declval<const Container&>().capacity(), std::declval<const Container&>().data(), void())>
+    : std::true_type {};
+} // namespace detail
+
+/// \returns the partition `c`'s pages were placed by, over its ELEMENTS: the split of its capacity (in
+/// whole units of the allocator's partition: rows for a rows partition; the layout `replace()` gave the
+/// buffer, if any), as element indexes, clipped to its size.
+template <class Container, class = std::enable_if_t<detail::is_partitioned_container<Container>::value>>
+partition<typename Container::value_type> partition_of(const Container& c) {
+    using T = typename Container::value_type;
+    const auto allocator = c.get_allocator(); // by value: placement() refers into it
+    const std::size_t bytes = c.capacity() * sizeof(T);
+    const basic_partition split = detail::placed_split(c.data(), bytes, allocator.placement().partition_for(bytes));
+    return partition<T>::from_untyped(split.elements().clipped(c.size()));
+}
 
 } // namespace numaplace
 

@@ -5,7 +5,8 @@
 /// `std::pmr` memory resources: whole pages with a placement, and a pooled small-object resource per
 /// node.
 
-#include "detail/heap.hpp"
+#include "detail/fork.hpp"
+#include "detail/routing.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
 #include "topology.hpp"
@@ -16,7 +17,6 @@
 #include <mutex>
 #include <vector>
 
-#include <pthread.h>
 
 namespace numaplace {
 
@@ -42,7 +42,7 @@ private:
 };
 
 /// The pooled resource of one node: blocks up to 1 MiB (at alignments up to their size) come from the
-/// node's heap (size classes, per-thread caches: detail/heap.hpp), larger ones are their own
+/// node's heap (size classes, per-thread caches: detail/heap/), larger ones are their own
 /// node-bound mapping. Binding is degrading: if the kernel refuses it, memory comes from anywhere and
 /// `degradations()` says so. Requests beyond the node's free memory throw `placement_error` (ENOMEM).
 class node_pool_resource : public std::pmr::memory_resource {
@@ -52,10 +52,10 @@ public:
 
 private:
     void* do_allocate(std::size_t bytes, std::size_t alignment) override {
-        return detail::placed_allocate(pages_, bytes, alignment);
+        return detail::routed_allocate(pages_, bytes, alignment);
     }
     void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {
-        detail::placed_deallocate(pages_, p, bytes, alignment);
+        detail::routed_deallocate(pages_, p, bytes, alignment);
     }
     bool do_is_equal(const std::pmr::memory_resource& other) const noexcept override {
         auto* o = dynamic_cast<const node_pool_resource*>(&other);
@@ -65,44 +65,31 @@ private:
 };
 
 namespace detail {
-/// \returns the process's one `T(node)` for `node`, created for every node on first use and never
-/// destroyed (containers with static storage may release memory into it during static destruction).
-/// \throws unknown_node.
-template <class T>
-T& per_node(int node) {
-    static T** all = [] {
-        const std::size_t n = topology::get().size();
-        auto** v = new T*[n];
-        for (std::size_t i = 0; i < n; ++i) v[i] = new T(static_cast<int>(i));
-        return v;
-    }();
-    topology::get().check(node);
-    return *all[static_cast<std::size_t>(node)];
+/// The node pools, one per node, made together on first use and never destroyed (containers with
+/// static storage may release memory into them during static destruction); fork hook: stage node_pools.
+inline lazy_global<node_pool_resource*>& node_pools_cell() noexcept {
+    static lazy_global<node_pool_resource*> cell; // constant-initialised: no guard
+    return cell;
 }
+inline const fork_hook_registration node_pools_fork{
+    fork_stage::node_pools, fork_hook{[]() noexcept { node_pools_cell().fork_prepare(); },
+                                      []() noexcept { node_pools_cell().fork_parent(); },
+                                      []() noexcept { node_pools_cell().fork_child(); }}};
 } // namespace detail
 
 /// \returns the pooled small-object resource of `node` (thread-safe, never destroyed). Use it for
 /// `std::pmr` containers: `std::pmr::map<int, int> m(&numaplace::node_pool(1));`
 /// \throws unknown_node.
-inline node_pool_resource& node_pool(int node) { return detail::per_node<node_pool_resource>(node); }
-
-namespace detail {
-// Completes the node pools before a fork (see heap_registry::prepare): a child must not wait on the
-// static-initialisation guard of a thread that does not exist in it.
-struct node_pool_fork_handler {
-    node_pool_fork_handler() noexcept {
-        ::pthread_atfork(
-            [] {
-                try {
-                    (void)node_pool(0);
-                } catch (...) {
-                }
-            },
-            nullptr, nullptr);
-    }
-};
-inline const node_pool_fork_handler node_pool_fork_handler_registered{};
-} // namespace detail
+inline node_pool_resource& node_pool(int node) {
+    node_pool_resource** all = &detail::node_pools_cell().get([] {
+        const std::size_t n = topology::get().size();
+        auto** v = new node_pool_resource*[n];
+        for (std::size_t i = 0; i < n; ++i) v[i] = new node_pool_resource(static_cast<int>(i));
+        return v;
+    });
+    topology::get().check(node);
+    return *all[static_cast<std::size_t>(node)];
+}
 
 } // namespace numaplace
 

@@ -68,7 +68,7 @@
 /// never change either way.
 
 #include "detail/linux.hpp"
-#include "detail/placed.hpp"
+#include "detail/buffer_record.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "partition.hpp"
@@ -330,14 +330,14 @@ inline std::size_t split_huge_at_edges(const replace_plan& plan) {
         if (!advised) {
             // whole pages of the range only (partial pages belong to other data too)
             const std::uintptr_t b = round_up(plan.begin, page), e = plan.end / page * page;
-            if (e > b) ::madvise(reinterpret_cast<void*>(b), e - b, MADV_NOHUGEPAGE);
+            if (e > b) os_advise(reinterpret_cast<void*>(b), e - b, page_advice::no_huge_pages);
             advised = true;
         }
         if (a / huge == last_region) continue;
         last_region = a / huge;
         // The kernel splits a THP that MADV_COLD covers only partly (PMD- or PTE-mapped, mapped once);
         // nothing happens to small pages but LRU aging.
-        if (::madvise(reinterpret_cast<void*>(a), page, MADV_COLD) == 0) ++split;
+        if (os_advise(reinterpret_cast<void*>(a), page, page_advice::cold) == 0) ++split;
     }
     return split;
 }
@@ -354,7 +354,7 @@ inline int set_policy(const replace_plan& plan, const node_set& interleave_nodes
         if (e <= b) return 0;
         kernel_nodemask mask;
         for (int id : nodes) mask.set(topo.at(id).os_index);
-        return sys_mbind(reinterpret_cast<void*>(b), e - b, plan.mode, mask, 0);
+        return os_mbind(reinterpret_cast<void*>(b), e - b, plan.mode, mask, 0);
     };
     if (!plan.interleave.empty()) return mbind_range(lo, hi, interleave_nodes);
     for (std::size_t r = 0; r < plan.runs.size(); ++r) {
@@ -412,7 +412,7 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
             if (e > plan.first + i * page) count = (e - plan.first) / page - i;
         }
         for (std::size_t j = 0; j < count; ++j) addresses[j] = reinterpret_cast<void*>(plan.first + (i + j) * page);
-        if (int err = sys_move_pages_query(count, addresses.data(), status.data())) {
+        if (int err = os_query_pages(count, addresses.data(), status.data())) {
             // Nothing can be examined (EPERM under seccomp): every remaining page is counted failed.
             rep.query_errno = err;
             record_failure(rep.failures, err, plan.pages - i);
@@ -446,7 +446,7 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
         attempted += move_addr.size();
         if (!move_addr.empty()) {
             move_status.assign(move_addr.size(), std::numeric_limits<int>::min()); // "not written"
-            const long r = sys_move_pages(move_addr.size(), move_addr.data(), move_node.data(), move_status.data());
+            const long r = os_move_pages(move_addr.size(), move_addr.data(), move_node.data(), move_status.data());
             const int call_error = r < 0 ? static_cast<int>(-r) : 0;
             // Pages not reported on their target are asked again: a THP's tail pages report EBUSY while
             // the head moves; a positive return leaves statuses unwritten.
@@ -458,7 +458,7 @@ inline replace_report run_replace(const replace_plan& plan, const node_set& inte
                     again_at.push_back(m);
                 }
             std::vector<int> now(again.size(), std::numeric_limits<int>::min());
-            if (!again.empty() && sys_move_pages_query(again.size(), again.data(), now.data()) != 0)
+            if (!again.empty() && os_query_pages(again.size(), again.data(), now.data()) != 0)
                 std::fill(now.begin(), now.end(), std::numeric_limits<int>::min());
             for (std::size_t a = 0; a < again.size(); ++a) {
                 const std::size_t m = again_at[a];
@@ -560,13 +560,6 @@ inline replace_report replace_interleaved(const void* p, std::size_t bytes, cons
     plan.mode = mpol_interleave;
     return run_replace(plan, target.nodes(), target.on_refusal(), opts);
 }
-
-template <class Container, class = void>
-struct is_partitioned_container : std::false_type {};
-template <class Container>
-struct is_partitioned_container<
-    Container, decltype(std::declval<const Container&>().get_allocator().placement().partition_for(0), void())>
-    : std::true_type {};
 
 } // namespace detail
 

@@ -27,10 +27,14 @@
 #include "detail/linux.hpp"
 #include "error.hpp"
 #include "memory.hpp"
+#include "place.hpp"
 #include "parallel_for.hpp"
 #include "partition.hpp"
 #include "topology.hpp"
 #include "where.hpp"
+
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -87,9 +91,11 @@ public:
                 copy c;
                 c.node = node;
                 if (bytes_per_copy() != 0) {
-                    c.data = static_cast<T*>(memory::map(bytes_per_copy()));
+                    c.data = static_cast<T*>(memory::map(mapped_bytes(), copy_alignment()));
+                    if (!huge_copies() && topology::get().capabilities().thp != "never")
+                        memory::forbid_huge_pages(c.data, mapped_bytes());
                     copies_.push_back(c); // owned from here on
-                    copies_.back().bound = bind(copies_.back(), topo);
+                    copies_.back().bound = bind(copies_.back());
                 } else {
                     copies_.push_back(c);
                 }
@@ -186,7 +192,14 @@ public:
         os << "replicated: " << size_ << " elements of " << sizeof(T) << " bytes, " << copies_.size() << " copies x "
            << bytes_per_copy() << " bytes = " << bytes() << " bytes\n";
         for (std::size_t k = 0; k < copies_.size(); ++k) {
-            const page_histogram h = where(k);
+            page_histogram h;
+            try {
+                h = where(k);
+            } catch (const std::exception& e) { // page queries refused (a container's seccomp profile)
+                os << "  copy on node " << copies_[k].node << (copies_[k].bound ? "" : " (NOT bound: binding refused)")
+                   << ": placement unknown (" << e.what() << ")\n";
+                continue;
+            }
             os << "  copy on node " << copies_[k].node << (copies_[k].bound ? "" : " (NOT bound: binding refused)") << ": "
                << h.on(copies_[k].node) << " of " << h.pages << " pages there";
             if (h.untouched) os << ", " << h.untouched << " untouched";
@@ -195,18 +208,28 @@ public:
     }
 
 private:
-    bool bind(const copy& c, const topology& topo) {
-        detail::kernel_nodemask mask;
-        mask.set(topo.at(c.node).os_index);
-        const int err = detail::sys_mbind(c.data, bytes_per_copy(), detail::mpol_bind, mask, 0);
-        if (err == 0) return true;
-        if (fallback_ == fallback::strict)
-            detail::throw_placement(c.node, bytes_per_copy(), err,
-                                    std::string("replicated: mbind of a copy refused: ") + std::strerror(err));
-        detail::degradation_log::instance().record("replicated: mbind of the copy on node " + std::to_string(c.node) +
-                                                   " refused (" + std::strerror(err) +
-                                                   "): written from its node's arena (first touch)");
-        return false;
+    // Admitted and bound through the one placement path (degrading: written from its node's arena).
+    bool bind(const copy& c) {
+        return detail::place(c.data, mapped_bytes(), memory::policy_mode::bind, node_set{c.node}, fallback_,
+                             "replicated: ");
+    }
+    // Copies never share a huge page: with THP on, a copy of at least a huge page starts on a huge-page
+    // boundary and spans whole huge pages; a smaller one has huge pages kept off (its own mapping flags,
+    // so it never merges with a neighbour's). Either way first touch from its arena keeps it local when
+    // the binding is refused.
+    bool huge_copies() const noexcept {
+        return topology::get().capabilities().thp != "never" && bytes_per_copy() >= detail::huge_page_size();
+    }
+    std::size_t copy_alignment() const noexcept {
+        std::size_t a = alignof(T) > detail::page_size() ? alignof(T) : detail::page_size();
+        if (huge_copies() && a < detail::huge_page_size()) a = detail::huge_page_size();
+        return a;
+    }
+    std::size_t mapped_bytes() const noexcept {
+        if (!huge_copies()) return bytes_per_copy();
+        const std::size_t h = detail::huge_page_size();
+        return bytes_per_copy() > std::numeric_limits<std::size_t>::max() - h ? bytes_per_copy()
+                                                                            : detail::round_up(bytes_per_copy(), h);
     }
     void index_nearest(const topology& topo) {
         nearest_.assign(topo.size(), 0);
@@ -250,7 +273,7 @@ private:
     }
     void release() noexcept {
         for (auto& c : copies_)
-            if (c.data) memory::unmap(c.data, bytes_per_copy());
+            if (c.data) memory::unmap(c.data, mapped_bytes());
         copies_.clear();
         nearest_.clear();
         nodes_ = node_set();

@@ -16,7 +16,7 @@
 
 #include "detail/linux.hpp"
 #include "error.hpp"
-#include "placement.hpp" // numaplace::fallback
+#include "place.hpp"
 #include "topology.hpp"
 #include "where.hpp"
 
@@ -51,10 +51,12 @@ public:
     /// An empty layout (no part; a segment cannot be made of it).
     segment_layout() = default;
 
-    /// \effects lays out `parts` one after the other, each starting on a page boundary.
-    /// \throws unknown_node for a node not in `topo`; invalid_placement when there is no part or no
-    /// page at all; std::bad_array_new_length when the size in bytes overflows (or exceeds what a file
-    /// offset can hold).
+    /// \effects lays out `parts` one after the other, each starting on a page boundary. Node ids are
+    /// checked against the topology by `create` (which binds), not here: an opener confined to another
+    /// cpuset (ranks under Slurm) builds the creator's layout even when it cannot see the creator's nodes.
+    /// \throws unknown_node for a negative node id (`topo` names the valid range); invalid_placement when
+    /// there is no part or no page at all; std::bad_array_new_length when the size in bytes overflows (or
+    /// exceeds what a file offset can hold).
     explicit segment_layout(std::vector<segment_part> parts, const topology& topo = topology::get())
         : parts_(std::move(parts)) {
         if (parts_.empty()) detail::throw_invalid("segment_layout: no part");
@@ -64,7 +66,7 @@ public:
         offsets_.push_back(0);
         std::size_t total = 0;
         for (const auto& p : parts_) {
-            topo.check(p.node);
+            if (p.node < 0) detail::throw_unknown_node(p.node, topo.size());
             if (p.pages > max_pages - total) detail::throw_bad_length();
             total += p.pages;
             offsets_.push_back(total * page);
@@ -132,9 +134,9 @@ private:
 
 inline void check_shm_name(const std::string& name) {
     if (name.size() < 2 || name.size() > NAME_MAX || name[0] != '/' || name.find('/', 1) != std::string::npos ||
-        name.find('\0') != std::string::npos)
+        name.find('\0') != std::string::npos || name == "/." || name == "/..")
         throw_invalid("shared_segment: name '" + name + "' must be '/' followed by 1.." + std::to_string(NAME_MAX - 1) +
-                      " characters without '/'");
+                      " characters without '/', and not '.' or '..'");
 }
 } // namespace detail
 
@@ -157,8 +159,10 @@ public:
     /// `degradations()`. Nothing is left behind when it throws.
     static shared_segment create(const segment_layout& layout, fallback fb = fallback::strict) {
         check_layout(layout);
-        detail::unique_fd fd(static_cast<int>(::syscall(SYS_memfd_create, "numaplace-segment", MFD_CLOEXEC)));
-        if (fd.get() < 0) detail::throw_placement(-1, layout.bytes(), errno, "shared_segment: memfd_create failed");
+        check_nodes(layout);
+        const int made = detail::os_memfd("numaplace-segment");
+        if (made < 0) detail::throw_placement(-1, layout.bytes(), -made, "shared_segment: memfd_create failed");
+        detail::unique_fd fd(made);
         return make_created(std::move(fd), layout, fb, std::string());
     }
 
@@ -171,15 +175,27 @@ public:
                                  fallback fb = fallback::strict) {
         detail::check_shm_name(name);
         check_layout(layout);
-        detail::unique_fd fd(::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-        if (fd.get() < 0)
-            throw std::system_error(errno, std::generic_category(), "numaplace: shm_open " + name);
+        check_nodes(layout);
+        const int made = detail::os_shm_open(name.c_str(), true);
+        if (made < 0) throw std::system_error(-made, std::generic_category(), "numaplace: shm_open " + name);
+        detail::unique_fd fd(made);
         try {
             return make_created(std::move(fd), layout, fb, name);
         } catch (...) {
-            ::shm_unlink(name.c_str());
+            detail::os_shm_unlink(name.c_str());
             throw;
         }
+    }
+
+    /// \effects removes the name `name` (e.g. a segment left behind by a creator that was killed);
+    /// processes that have it mapped or open keep it. \returns false if no segment had that name.
+    /// \throws invalid_placement for a malformed name; std::system_error when the kernel refuses (EACCES).
+    static bool remove(const std::string& name) {
+        detail::check_shm_name(name);
+        const int err = detail::os_shm_unlink(name.c_str());
+        if (err == ENOENT) return false;
+        if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace: shm_unlink " + name);
+        return true;
     }
 
     /// \effects maps the existing segment named `name`, whose layout must be `layout` (the policy is
@@ -189,9 +205,9 @@ public:
     static shared_segment open(const std::string& name, const segment_layout& layout) {
         detail::check_shm_name(name);
         check_layout(layout);
-        detail::unique_fd fd(::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0));
-        if (fd.get() < 0)
-            throw std::system_error(errno, std::generic_category(), "numaplace: shm_open " + name);
+        const int opened = detail::os_shm_open(name.c_str(), false);
+        if (opened < 0) throw std::system_error(-opened, std::generic_category(), "numaplace: shm_open " + name);
+        detail::unique_fd fd(opened);
         return make_opened(std::move(fd), layout);
     }
 
@@ -272,64 +288,67 @@ private:
     static void check_layout(const segment_layout& layout) {
         if (layout.size() == 0) detail::throw_invalid("shared_segment: empty layout");
     }
+    static void check_nodes(const segment_layout& layout) {
+        for (const auto& part : layout.parts()) topology::get().check(part.node);
+    }
 
     static shared_segment make_created(detail::unique_fd fd, const segment_layout& layout, fallback fb,
                                        const std::string& name) {
         const auto& topo = topology::get();
-        if (::ftruncate(fd.get(), static_cast<off_t>(layout.bytes())) != 0)
-            detail::throw_placement(-1, layout.bytes(), errno, "shared_segment: ftruncate failed");
-        shared_segment s = map(std::move(fd), layout);
+        // Every node's parts are admitted together (two parts on one node must fit there at once).
+        std::vector<std::size_t> per_node(topo.size(), 0);
+        for (std::size_t k = 0; k < layout.size(); ++k) per_node[static_cast<std::size_t>(layout.parts()[k].node)] += layout.bytes(k);
+        for (std::size_t n = 0; n < per_node.size(); ++n)
+            if (per_node[n] != 0)
+                detail::admit_or_throw(nullptr, per_node[n], memory::policy_mode::bind, node_set{static_cast<int>(n)},
+                                       "shared_segment: ", detail::range_origin::foreign);
+        // Mapped and bound before the file has its size: an opener (which checks the size) can map it
+        // only once every part is bound, so whoever touches first, the policy holds.
+        shared_segment s = map(fd, layout);
         // The name is owned (unlinked by the destructor) only once this returns: until then the caller
         // unlinks it on failure, exactly once.
         auto own_name = [&s, &name] {
             s.name_ = name;
             s.creator_pid_ = ::getpid();
         };
-        // Bind every part before anyone can touch it. A refusal leaves earlier parts bound; a degrading
-        // segment resets them all to the default policy so its placement is uniformly first touch.
-        for (std::size_t k = 0; k < layout.size(); ++k) {
+        // A refusal leaves earlier parts bound; a degrading segment resets them all to the default
+        // policy so that its placement is uniformly first touch.
+        bool bound = true;
+        for (std::size_t k = 0; k < layout.size() && bound; ++k) {
             const segment_part& part = layout.parts()[k];
             if (part.pages == 0) continue;
-            const node& n = topo.at(part.node);
-            int err = 0;
-            if (n.memory != 0 && layout.bytes(k) > n.memory) {
-                err = ENOMEM;
-            } else {
-                detail::kernel_nodemask mask;
-                mask.set(n.os_index);
-                err = detail::sys_mbind(s.data_ + layout.offset(k), layout.bytes(k), detail::mpol_bind, mask, 0);
-            }
+            const int err = memory::bind(s.data_ + layout.offset(k), layout.bytes(k), memory::policy_mode::bind,
+                                         node_set{part.node}, topo);
             if (err == 0) continue;
-            const std::string what = "shared_segment: mbind of part " + std::to_string(k) + " refused";
-            if (fb == fallback::strict) detail::throw_placement(part.node, layout.bytes(k), err, what);
-            detail::kernel_nodemask none;
-            detail::sys_mbind(s.data_, layout.bytes(), detail::mpol_default, none, 0);
-            detail::degradation_log::instance().record(what + " (errno " + std::to_string(err) +
-                                                       "), left to first touch");
-            own_name();
-            return s;
+            bound = detail::refused(err, part.node, layout.bytes(k), fb,
+                                    "shared_segment: mbind of part " + std::to_string(k) + " to node " +
+                                        std::to_string(part.node));
+            memory::unbind(s.data_, layout.bytes());
         }
-        s.bound_ = true;
+        if (const int err = detail::os_resize(s.fd_.get(), layout.bytes()))
+            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: ftruncate failed");
+        s.bound_ = bound;
         own_name();
         return s;
     }
 
     static shared_segment make_opened(detail::unique_fd fd, const segment_layout& layout) {
-        struct stat st {};
-        if (::fstat(fd.get(), &st) != 0)
-            throw std::system_error(errno, std::generic_category(), "numaplace: fstat of shared segment");
-        if (st.st_size < 0 || static_cast<std::uint64_t>(st.st_size) != layout.bytes())
-            detail::throw_invalid("shared_segment: the segment has " + std::to_string(st.st_size) +
+        std::size_t size = 0;
+        if (const int err = detail::os_file_size(fd.get(), size))
+            throw std::system_error(err, std::generic_category(), "numaplace: fstat of shared segment");
+        if (size != layout.bytes())
+            detail::throw_invalid("shared_segment: the segment has " + std::to_string(size) +
                                   " bytes, the layout " + std::to_string(layout.bytes()));
-        return map(std::move(fd), layout);
+        return map(fd, layout);
     }
 
-    static shared_segment map(detail::unique_fd fd, const segment_layout& layout) {
-        void* p = ::mmap(nullptr, layout.bytes(), PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-        if (p == MAP_FAILED) detail::throw_placement(-1, layout.bytes(), errno, "shared_segment: mmap failed");
+    static shared_segment map(detail::unique_fd& fd, const segment_layout& layout) {
+        void* p = nullptr;
+        if (const int err = detail::os_map_shared(fd.get(), layout.bytes(), p))
+            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: mmap failed");
         // A shmem huge page is allocated whole by its first toucher (and under the policy of its first
         // small page): keep huge pages off unless no huge page can straddle two parts. Advice only.
-        if (!layout.huge_page_edges()) ::madvise(p, layout.bytes(), MADV_NOHUGEPAGE);
+        if (!layout.huge_page_edges()) detail::os_advise(p, layout.bytes(), detail::page_advice::no_huge_pages);
         shared_segment s;
         s.fd_ = std::move(fd);
         s.data_ = static_cast<char*>(p);
@@ -343,17 +362,17 @@ private:
         const std::size_t pages = bytes / page;
         std::vector<unsigned char> resident(pages);
         if (pages == 0) return;
-        if (::mincore(const_cast<char*>(p), bytes, resident.data()) != 0)
-            throw std::system_error(errno, std::generic_category(), "numaplace: mincore of shared segment");
+        if (const int err = detail::os_resident(p, bytes, resident.data()))
+            throw std::system_error(err, std::generic_category(), "numaplace: mincore of shared segment");
         for (std::size_t i = 0; i < pages; ++i)
             if (resident[i] & 1) (void)*static_cast<const volatile char*>(p + i * page);
     }
 
     void release() noexcept {
-        if (data_) ::munmap(data_, layout_.bytes());
+        if (data_) detail::os_unmap(data_, layout_.bytes());
         data_ = nullptr;
         fd_.reset();
-        if (!name_.empty() && creator_pid_ == ::getpid()) ::shm_unlink(name_.c_str());
+        if (!name_.empty() && creator_pid_ == ::getpid()) detail::os_shm_unlink(name_.c_str());
         name_.clear();
         creator_pid_ = 0;
         bound_ = false;

@@ -8,9 +8,10 @@
 /// use (cgroup/cpuset), which is exactly what oneTBB's `numa_node_id` means (tbbbind loads the topology
 /// the same way). The kernel and `numactl` call a node by its OS index, also reported.
 
-#include "detail/fork_guard.hpp"
+#include "detail/fork.hpp"
 #include "detail/hwloc.hpp"
 #include "detail/linux.hpp"
+#include "diagnostics.hpp"
 #include "error.hpp"
 
 #include <algorithm>
@@ -82,45 +83,13 @@ struct capabilities {
     bool distances_known = false;     ///< the firmware gave a distance matrix
 };
 
-namespace detail {
-/// Degradations happen at run time (a degrading placement fell back); they are recorded here and
-/// reported next to the capabilities.
-struct degradation_log {
-    std::mutex mutex;
-    std::vector<std::string> messages; // distinct, at most 64
-    std::atomic<std::size_t> count{0};
-    void record(const std::string& message) {
-        count.fetch_add(1, std::memory_order_relaxed);
-        std::lock_guard<std::mutex> lock(mutex);
-        if (messages.size() < 64 && std::find(messages.begin(), messages.end(), message) == messages.end())
-            messages.push_back(message);
-    }
-    static degradation_log& instance() {
-        static degradation_log* log = new degradation_log; // never destroyed: usable during static destruction
-        return *log;
-    }
-};
-} // namespace detail
-
-/// \returns how many times a degrading placement fell back in this process.
-inline std::size_t degradation_count() noexcept {
-    return detail::degradation_log::instance().count.load(std::memory_order_relaxed);
-}
-/// \returns the distinct fallbacks seen so far, as messages naming the placement, node and errno.
-inline std::vector<std::string> degradations() {
-    auto& log = detail::degradation_log::instance();
-    std::lock_guard<std::mutex> lock(log.mutex);
-    return log.messages;
-}
-
 /// A snapshot of the machine's NUMA topology. `topology::get()` is the process's, loaded once
 /// (thread-safe); `from_synthetic`/`from_xml` build others for tests and what-if planning.
 class topology {
 public:
     /// \returns the topology of this process (nodes restricted to its cpuset).
     static const topology& get() {
-        static const topology* system = new topology(load_system()); // never destroyed (see degradation_log)
-        return *system;
+        return system_cell().get([] { return new topology(load_system()); }); // never destroyed
     }
     /// \returns a topology from an hwloc synthetic description, e.g. "pack:2 numa:1 core:4 pu:1".
     /// \throws invalid_placement when hwloc rejects the description.
@@ -196,6 +165,12 @@ public:
     /// \returns whether this is the running system (capabilities probed) or a synthetic/XML one.
     bool is_this_system() const noexcept { return hwloc_topology_is_thissystem(topo_.get()) != 0; }
 
+    /// The process's topology, made on first use (see detail/fork.hpp).
+    static detail::lazy_global<const topology>& system_cell() noexcept {
+        static detail::lazy_global<const topology> cell; // constant-initialised: no guard
+        return cell;
+    }
+
 private:
     static detail::hwloc_topology_ptr make_empty() {
         hwloc_topology_t raw = nullptr;
@@ -212,11 +187,105 @@ private:
     static void load(hwloc_topology_t t) {
         if (hwloc_topology_load(t) != 0) detail::throw_invalid("hwloc could not load the topology");
     }
+    // A topology that cannot be read is never fatal and never silent: each case below loads what hwloc
+    // can give and records a degradation starting "topology: " that says why (numaplace-info shows it).
     static detail::hwloc_topology_ptr load_system() {
+        const std::string sys_node = "/sys/devices/system/node";
+        auto exists = [](const std::string& path) { return std::ifstream(path).is_open(); }; // files and directories
+        // "0-3,5" (sysfs and /proc lists) -> {0, 1, 2, 3, 5}; malformed parts are skipped.
+        auto parse_list = [](const std::string& text) {
+            std::vector<unsigned> ids;
+            std::size_t pos = 0;
+            while (pos < text.size()) {
+                std::size_t comma = text.find(',', pos);
+                if (comma == std::string::npos) comma = text.size();
+                const std::string part = text.substr(pos, comma - pos);
+                pos = comma + 1;
+                char* end = nullptr;
+                const unsigned long first = std::strtoul(part.c_str(), &end, 10);
+                if (end == part.c_str()) continue;
+                unsigned long last = first;
+                if (*end == '-') last = std::strtoul(end + 1, &end, 10);
+                for (unsigned long id = first; id <= last && id < first + 65536; ++id) ids.push_back(static_cast<unsigned>(id));
+            }
+            return ids;
+        };
+        // The nodes the kernel lets this process use: Mems_allowed_list (/proc, present when /sys is hidden).
+        std::string allowed_text;
+        {
+            std::ifstream status("/proc/self/status");
+            for (std::string line; std::getline(status, line);)
+                if (line.rfind("Mems_allowed_list:", 0) == 0) {
+                    const std::size_t start = line.find_first_not_of(" \t", 18);
+                    if (start != std::string::npos) allowed_text = line.substr(start);
+                    break;
+                }
+        }
+        const std::vector<unsigned> allowed = parse_list(allowed_text);
+        auto record = [](const std::string& why) { detail::degradation_log::instance().record("topology: " + why); };
+
         detail::hwloc_topology_ptr t = make_empty();
         // Default flags: disallowed CPUs and nodes (cgroup cpuset) are removed and logical indexes
         // renumbered, as tbbbind does, so our ids equal oneTBB's numa ids.
+        // A node directory that exists but lists no node (a container or mount namespace hiding it): hwloc
+        // 2.9's Linux discovery asserts on it (abort, exit 134). Read the machine without that backend.
+        bool without_linux = false;
+        if (exists(sys_node)) {
+            std::vector<unsigned> candidates = parse_list(detail::read_line((sys_node + "/possible").c_str()));
+            candidates.insert(candidates.end(), allowed.begin(), allowed.end());
+            candidates.push_back(0);
+            const bool any_node = std::any_of(candidates.begin(), candidates.end(), [&](unsigned id) {
+                return exists(sys_node + "/node" + std::to_string(id));
+            });
+            if (!any_node) {
+#if HWLOC_API_VERSION >= 0x00020100
+                if (hwloc_topology_set_components(t.get(), HWLOC_TOPOLOGY_COMPONENTS_FLAG_BLACKLIST, "linux") != 0)
+                    detail::throw_invalid("cannot read the topology: " + sys_node + " lists no node and hwloc "
+                                          "cannot be told to skip its Linux discovery");
+                without_linux = true;
+                // oneTBB's tbbbind loads hwloc itself (tbb::info::numa_nodes, the arenas) and would abort
+                // the same way: HWLOC_COMPONENTS, which hwloc reads at every load, keeps it off there too.
+                const char* given = std::getenv("HWLOC_COMPONENTS");
+                const std::string components = given ? given : "";
+                if (components.find("-linux") == std::string::npos)
+                    ::setenv("HWLOC_COMPONENTS", (components.empty() ? "-linux" : components + ",-linux").c_str(), 1);
+                record(sys_node + " lists no node (hidden by a container or mount namespace?): read without "
+                       "hwloc's Linux discovery, which would abort on it (HWLOC_COMPONENTS=-linux set for "
+                       "oneTBB's tbbbind too); nodes, memory sizes and distances are guesses");
+#else
+                detail::throw_invalid("cannot read the topology: " + sys_node + " lists no node (hidden by a "
+                                      "container or mount namespace?) and hwloc before 2.1 would abort on it");
+#endif
+            }
+        }
         load(t.get());
+
+        if (!hwloc_topology_is_thissystem(t.get())) {
+            record("hwloc loaded a topology that is not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC or "
+                   "HWLOC_FSROOT set?): capabilities not probed, node ids may not be the kernel's");
+            return t;
+        }
+        const char* backend = hwloc_obj_get_info_by_name(hwloc_get_root_obj(t.get()), "Backend");
+        const int found = hwloc_get_nbobjs_by_type(t.get(), HWLOC_OBJ_NUMANODE);
+        if (!without_linux && (backend == nullptr || std::string(backend) != "Linux"))
+            record(std::string("hwloc did not read Linux sysfs (backend ") + (backend ? backend : "unknown") +
+                   "; HWLOC_COMPONENTS excludes linux, or /sys is hidden): " + std::to_string(found) +
+                   " NUMA node(s) assumed; nodes, memory sizes and distances may be missing");
+        // Every node the kernel lets this process use must be one hwloc found.
+        std::vector<unsigned> missing;
+        for (unsigned id : allowed) {
+            bool seen = false;
+            for (int i = 0; i < found && !seen; ++i)
+                seen = hwloc_get_obj_by_type(t.get(), HWLOC_OBJ_NUMANODE, static_cast<unsigned>(i))->os_index == id;
+            if (!seen) missing.push_back(id);
+        }
+        if (!missing.empty()) {
+            std::string list;
+            for (unsigned id : missing) list += (list.empty() ? "" : ",") + std::to_string(id);
+            record("the kernel lets this process use nodes " + allowed_text + " (Mems_allowed_list) but hwloc "
+                   "found " + std::to_string(found) + " node(s), not node(s) " + list +
+                   ": placement cannot target them");
+        }
         return t;
     }
 
@@ -301,23 +370,15 @@ private:
             if (!b.empty()) caps_.numa_balancing = std::atoi(b.c_str());
         }
         if (nodes_.empty()) return;
-        const std::size_t page = page_size();
-        void* p = ::mmap(nullptr, page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (p != MAP_FAILED) {
-            kernel_nodemask mask;
-            mask.set(nodes_.front().os_index);
-            caps_.memory_binding_errno = sys_mbind(p, page, mpol_bind, mask, 0);
-            caps_.memory_binding = caps_.memory_binding_errno == 0;
-            caps_.preferred_many = sys_mbind(p, page, mpol_preferred_many, mask, 0) == 0;
-            caps_.weighted_interleave = sys_mbind(p, page, mpol_weighted_interleave, mask, 0) == 0;
-            caps_.numa_balancing_bind = sys_mbind(p, page, mpol_bind | mpol_f_numa_balancing, mask, 0) == 0;
-            kernel_nodemask none;
-            sys_mbind(p, page, mpol_default, none, 0);
-            void* pages[1] = {p};
-            int status[1] = {0};
-            caps_.page_query_errno = sys_move_pages_query(1, pages, status);
-            caps_.page_query = caps_.page_query_errno == 0;
-            ::munmap(p, page);
+        const policy_probe probe = os_probe_policies(nodes_.front().os_index);
+        if (probe.mapped) {
+            caps_.memory_binding_errno = probe.bind_errno;
+            caps_.memory_binding = probe.bind_errno == 0;
+            caps_.preferred_many = probe.preferred_many;
+            caps_.weighted_interleave = probe.weighted_interleave;
+            caps_.numa_balancing_bind = probe.numa_balancing_bind;
+            caps_.page_query_errno = probe.query_errno;
+            caps_.page_query = probe.query_errno == 0;
         }
         // CPU binding: re-apply the calling thread's own binding (changes nothing).
         auto set = make_bitmap();
@@ -338,75 +399,13 @@ private:
 };
 
 namespace detail {
-// Fork safety of the topology and the degradation log (see detail/fork_guard.hpp): prepare first
-// completes the topology (a thread may be loading it: the child must not wait on that thread's
-// initialisation guard, and loading may record a degradation, so this comes before the log's lock), then
-// locks the log. Registered after every other numaplace handler's prepare has run (this header is
-// included first), so a thread holding any other numaplace lock can still record a degradation.
-struct degradation_log_fork {
-    static std::mutex& fork_mutex() noexcept {
-        try {
-            (void)topology::get();
-        } catch (...) { // no topology: nothing to wait for
-        }
-        return degradation_log::instance().mutex;
-    }
-};
-struct degradation_log_fork_handlers {
-    degradation_log_fork_handlers() noexcept { fork_guard<degradation_log_fork>::install(); }
-};
-inline const degradation_log_fork_handlers degradation_log_fork_handlers_registered{};
+// Fork hooks (stage topology): a thread loading the topology finishes before fork; none starts during it.
+// Nothing is loaded on behalf of a fork.
+inline const fork_hook_registration topology_fork{
+    fork_stage::topology, fork_hook{[]() noexcept { topology::system_cell().fork_prepare(); },
+                                    []() noexcept { topology::system_cell().fork_parent(); },
+                                    []() noexcept { topology::system_cell().fork_child(); }}};
 } // namespace detail
-
-/// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
-/// degradations spelled out.
-inline void print_report(std::ostream& os, const topology& topo = topology::get()) {
-    const auto& caps = topo.capabilities();
-    os << "nodes: " << topo.size() << " usable";
-    if (caps.system_nodes != topo.size()) os << " of " << caps.system_nodes << " online (cpuset restricts the rest)";
-    os << '\n';
-    for (const auto& n : topo.nodes()) {
-        os << "node " << n.id << " (os " << n.os_index << "): ";
-        if (n.has_cpus()) {
-            os << n.cores << " cores, cpus";
-            for (unsigned c : n.cpus) os << ' ' << c;
-        } else {
-            os << "memory-only (no cpus)";
-        }
-        os << ", memory " << (n.memory >> 20) << " MiB\n";
-    }
-    os << "distances" << (caps.distances_known ? "" : " (not given by firmware; assumed)") << ":\n     ";
-    for (const auto& b : topo.nodes()) os << ' ' << (b.id < 10 ? "  " : " ") << b.id;
-    os << '\n';
-    for (const auto& a : topo.nodes()) {
-        os << "  " << (a.id < 10 ? " " : "") << a.id << ':';
-        for (const auto& b : topo.nodes()) {
-            unsigned d = topo.distance(a.id, b.id);
-            os << ' ' << (d < 10 ? "  " : d < 100 ? " " : "") << d;
-        }
-        os << '\n';
-    }
-    auto yes_no = [](bool b) { return b ? "yes" : "NO"; };
-    os << "memory binding (mbind):      " << yes_no(caps.memory_binding);
-    if (!caps.memory_binding)
-        os << " (errno " << caps.memory_binding_errno << ": strict placements throw, degrading ones fall back to first touch)";
-    os << "\npage query (move_pages):     " << yes_no(caps.page_query);
-    if (!caps.page_query) os << " (errno " << caps.page_query_errno << ": where() cannot report)";
-    os << "\ncpu binding (hwloc):         " << yes_no(caps.cpu_binding);
-    if (!caps.cpu_binding) os << " (errno " << caps.cpu_binding_errno << ": threads cannot be pinned)";
-    os << "\nMPOL_PREFERRED_MANY:         " << yes_no(caps.preferred_many);
-    if (!caps.preferred_many) os << " (preferred_many strict throws; degrading prefers the first node)";
-    os << "\nMPOL_WEIGHTED_INTERLEAVE:    " << yes_no(caps.weighted_interleave)
-       << " (numaplace weights interleave per page run itself; the kernel's weights are system-wide)";
-    os << "\nMPOL_F_NUMA_BALANCING:       " << yes_no(caps.numa_balancing_bind)
-       << (caps.numa_balancing_bind ? " (bind_with_balancing: bound pages may migrate among their nodes)"
-                                    : " (bind_with_balancing strict throws; degrading binds without it)");
-    os << "\ntransparent huge pages:      " << caps.thp;
-    os << "\nkernel.numa_balancing:       " << caps.numa_balancing
-       << (caps.numa_balancing > 0 ? " (the kernel may migrate pages after placement)" : "");
-    os << "\ndegradations so far:         " << degradation_count() << '\n';
-    for (const auto& m : degradations()) os << "  - " << m << '\n';
-}
 
 } // namespace numaplace
 

@@ -78,7 +78,7 @@ void for_each_page_node(const void* p, std::size_t bytes, F&& f) {
     for (std::size_t first = 0; first < pages; first += batch) {
         const std::size_t count = std::min(batch, pages - first);
         for (std::size_t i = 0; i < count; ++i) addresses[i] = reinterpret_cast<void*>(start + (first + i) * page);
-        int err = sys_move_pages_query(count, addresses.data(), status.data());
+        int err = os_query_pages(count, addresses.data(), status.data());
         if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace::where: move_pages");
         for (std::size_t i = 0; i < count; ++i) f(first + i, status[i]);
     }

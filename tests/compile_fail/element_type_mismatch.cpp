@@ -1,6 +1,7 @@
 // Built by CTest, once per NUMAPLACE_MISMATCH_* case with WILL_FAIL (an element-type mismatch between a
 // partition and the allocator, where() or first_touch() must not compile), and once with no case defined
 // as the control (the same code with matching types must compile, so a failure above is the mismatch).
+#include <numaplace/allocator.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/where.hpp>
 

@@ -1,11 +1,12 @@
 // The C++17 Allocator requirements with real std containers, for node_allocator, interleaved_allocator,
-// partitioned_allocator and default_init_allocator, plus the std::pmr resources. Every expectation is
-// computed from topology::get(), so the same binary is exact on one node and in the multi-node guests.
+// partitioned_allocator and default_init_allocator over each: one typed test per requirement
+// (allocator_requirements/<allocator>.<requirement>), then what only some of them have. Every
+// expectation is computed from topology::get(), so the same binary is exact on one node and in the
+// multi-node guests. The std::pmr resources with std::pmr containers: test_pmr.
 
 #include <numaplace/allocator.hpp>
 #include <numaplace/partition.hpp>
 #include <numaplace/placement.hpp>
-#include <numaplace/pmr.hpp>
 #include <numaplace/topology.hpp>
 #include <numaplace/where.hpp>
 
@@ -20,9 +21,9 @@
 #include <list>
 #include <map>
 #include <memory>
-#include <memory_resource>
 #include <new>
 #include <numeric>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <unordered_map>
@@ -137,6 +138,7 @@ struct node_kind {
                             : alloc<T>(on_node(last_node(), node_policy::prefer, fallback::degrade));
     }
     static bool variants_differ() { return true; }
+    static std::string name() { return "node_allocator"; }
 };
 
 struct interleaved_kind {
@@ -148,6 +150,7 @@ struct interleaved_kind {
                             : alloc<T>(numaplace::interleaved(node_set{last_node()}, {}, fallback::degrade));
     }
     static bool variants_differ() { return topology::get().size() > 1 || binding_works(); }
+    static std::string name() { return "interleaved_allocator"; }
 };
 
 struct partitioned_kind {
@@ -162,6 +165,7 @@ struct partitioned_kind {
                                        fallback::degrade);
     }
     static bool variants_differ() { return true; }
+    static std::string name() { return "partitioned_allocator"; }
 };
 
 // default_init_allocator over each family.
@@ -172,15 +176,33 @@ struct default_init_kind {
     template <class T>
     static alloc<T> make(int variant) { return alloc<T>(Kind::template make<T>(variant)); }
     static bool variants_differ() { return Kind::variants_differ(); }
+    static std::string name() { return "default_init_" + Kind::name(); }
 };
 
 // A value with a heap part, to catch double destruction / missed construction in the containers.
 std::string text(int i) { return "value number " + std::to_string(i) + " with a tail longer than SSO"; }
 
+} // namespace
+
+// --- the requirements, one typed test each, for every allocator family --------------------------------
+
+template <class Kind>
+class allocator_requirements : public ::testing::Test {};
+
+// node_allocator, interleaved_allocator, partitioned_allocator, and default_init_allocator over each.
+using allocator_kinds = ::testing::Types<node_kind, interleaved_kind, partitioned_kind, default_init_kind<node_kind>,
+                                         default_init_kind<interleaved_kind>, default_init_kind<partitioned_kind>>;
+// Test names say the allocator: allocator_requirements/node_allocator.std_vector_grows_erases_copies_and_moves.
+struct kind_name {
+    template <class Kind>
+    static std::string GetName(int) { return Kind::name(); }
+};
+TYPED_TEST_SUITE(allocator_requirements, allocator_kinds, kind_name);
+
 // --- containers doing real work -------------------------------------------------------------------
 
-template <class K>
-void vector_work() {
+TYPED_TEST(allocator_requirements, std_vector_grows_erases_copies_and_moves) {
+    using K = TypeParam;
     using A = typename K::template alloc<int>;
     const A a = K::template make<int>(0);
     std::vector<int, A> v(a);
@@ -220,8 +242,8 @@ void vector_work() {
     EXPECT_EQ(s2.size(), 2000u);
 }
 
-template <class K>
-void deque_work() {
+TYPED_TEST(allocator_requirements, std_deque_grows_at_both_ends_copies_and_moves) {
+    using K = TypeParam;
     using A = typename K::template alloc<long>;
     std::deque<long, A> d(K::template make<long>(0));
     const long n = 50000;
@@ -245,8 +267,8 @@ void deque_work() {
     EXPECT_TRUE(moved == d);
 }
 
-template <class K>
-void list_work() {
+TYPED_TEST(allocator_requirements, std_list_sorts_and_splices_between_equal_allocators) {
+    using K = TypeParam;
     using A = typename K::template alloc<int>;
     const A a = K::template make<int>(0);
     std::list<int, A> l(a);
@@ -270,8 +292,8 @@ void list_work() {
     EXPECT_TRUE(moved == l);
 }
 
-template <class K>
-void map_work() {
+TYPED_TEST(allocator_requirements, std_map_inserts_erases_copies_and_moves) {
+    using K = TypeParam;
     using A = typename K::template alloc<std::pair<const int, std::string>>;
     std::map<int, std::string, std::less<int>, A> m(K::template make<std::pair<const int, std::string>>(0));
     const int n = 10000;
@@ -291,8 +313,8 @@ void map_work() {
     EXPECT_TRUE(moved.empty());
 }
 
-template <class K>
-void unordered_map_work() {
+TYPED_TEST(allocator_requirements, std_unordered_map_rehashes_copies_and_moves) {
+    using K = TypeParam;
     using V = std::pair<const int, int>;
     using A = typename K::template alloc<V>;
     std::unordered_map<int, int, std::hash<int>, std::equal_to<int>, A> m(16, std::hash<int>(), std::equal_to<int>(),
@@ -311,8 +333,8 @@ void unordered_map_work() {
     EXPECT_TRUE(moved == m);
 }
 
-template <class K>
-void string_work() {
+TYPED_TEST(allocator_requirements, std_basic_string_small_medium_and_large) {
+    using K = TypeParam;
     using A = typename K::template alloc<char>;
     using string = std::basic_string<char, std::char_traits<char>, A>;
     const A a = K::template make<char>(0);
@@ -343,6 +365,7 @@ void string_work() {
 
 // --- propagation on real containers ---------------------------------------------------------------
 
+namespace {
 template <class K, class C>
 void propagation_on(C a_container_seed, C b_container_seed) {
     using A = typename C::allocator_type;
@@ -391,9 +414,10 @@ void propagation_on(C a_container_seed, C b_container_seed) {
         EXPECT_TRUE(moved.get_allocator() == alloc_a);
     }
 }
+} // namespace
 
-template <class K>
-void propagation() {
+TYPED_TEST(allocator_requirements, copy_assignment_keeps_the_allocator_move_assignment_and_swap_propagate_it) {
+    using K = TypeParam;
     if (!K::variants_differ()) GTEST_SKIP() << "one node and no memory binding: no two unequal allocators";
     {
         using A = typename K::template alloc<int>;
@@ -456,8 +480,8 @@ void propagation() {
 
 // --- equality, rebinding, raw allocate/deallocate -------------------------------------------------
 
-template <class K>
-void equality_and_rebind() {
+TYPED_TEST(allocator_requirements, equal_allocators_free_each_others_memory_across_rebind) {
+    using K = TypeParam;
     using A = typename K::template alloc<int>;
     using D = typename K::template alloc<double>;
     using R = typename std::allocator_traits<A>::template rebind_alloc<std::pair<const int, std::string>>;
@@ -507,8 +531,8 @@ void equality_and_rebind() {
     }
 }
 
-template <class K>
-void allocate_round_trip() {
+TYPED_TEST(allocator_requirements, allocate_deallocate_round_trip_aligned_and_disjoint) {
+    using K = TypeParam;
     using A = typename K::template alloc<std::uint64_t>;
     A a = K::template make<std::uint64_t>(0);
     EXPECT_EQ(a.max_size(), std::numeric_limits<std::size_t>::max() / sizeof(std::uint64_t));
@@ -553,8 +577,8 @@ void allocate_round_trip() {
     traits::deallocate(a, p, 10);
 }
 
-template <class K>
-void allocate_overflow() {
+TYPED_TEST(allocator_requirements, allocate_past_max_size_throws_bad_array_new_length) {
+    using K = TypeParam;
     auto a = K::template make<int>(0);
     EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_array_new_length);
     auto d = K::template make<double>(0);
@@ -564,31 +588,6 @@ void allocate_overflow() {
     std::vector<double, decltype(d)> v(d);
     EXPECT_THROW(v.reserve(v.max_size() + 1), std::length_error);
 }
-
-} // namespace
-
-#define NUMAPLACE_FOR_EACH_KIND(name)                                                                        \
-    TEST(allocator_conformance, name##_node_allocator) { name<node_kind>(); }                               \
-    TEST(allocator_conformance, name##_interleaved_allocator) { name<interleaved_kind>(); }                 \
-    TEST(allocator_conformance, name##_partitioned_allocator) { name<partitioned_kind>(); }                 \
-    TEST(allocator_conformance, name##_default_init_node_allocator) { name<default_init_kind<node_kind>>(); } \
-    TEST(allocator_conformance, name##_default_init_interleaved_allocator) {                                 \
-        name<default_init_kind<interleaved_kind>>();                                                          \
-    }                                                                                                         \
-    TEST(allocator_conformance, name##_default_init_partitioned_allocator) {                                 \
-        name<default_init_kind<partitioned_kind>>();                                                          \
-    }
-
-NUMAPLACE_FOR_EACH_KIND(vector_work)
-NUMAPLACE_FOR_EACH_KIND(deque_work)
-NUMAPLACE_FOR_EACH_KIND(list_work)
-NUMAPLACE_FOR_EACH_KIND(map_work)
-NUMAPLACE_FOR_EACH_KIND(unordered_map_work)
-NUMAPLACE_FOR_EACH_KIND(string_work)
-NUMAPLACE_FOR_EACH_KIND(propagation)
-NUMAPLACE_FOR_EACH_KIND(equality_and_rebind)
-NUMAPLACE_FOR_EACH_KIND(allocate_round_trip)
-NUMAPLACE_FOR_EACH_KIND(allocate_overflow)
 
 // --- what differs only where the topology allows it -----------------------------------------------
 
@@ -733,103 +732,6 @@ TEST(allocator_conformance, interleaved_vector_spreads_pages_evenly) {
         sum += h.on(node.id);
     }
     EXPECT_EQ(sum, pages);
-}
-
-// --- std::pmr with numaplace resources, for every node ---------------------------------------------
-
-TEST(allocator_conformance, pmr_containers_on_every_node_pool) {
-    const auto& topo = topology::get();
-    for (const auto& node : topo.nodes()) {
-        SCOPED_TRACE("node " + std::to_string(node.id));
-        std::pmr::memory_resource& pool = numaplace::node_pool(node.id);
-        EXPECT_EQ(&pool, &numaplace::node_pool(node.id)); // one pool per node, for the process
-        EXPECT_TRUE(pool.is_equal(numaplace::node_pool(node.id)));
-        for (const auto& other : topo.nodes())
-            if (other.id != node.id) EXPECT_FALSE(pool.is_equal(numaplace::node_pool(other.id)));
-
-        std::pmr::vector<int> v(&pool);
-        for (int i = 0; i < 100000; ++i) v.push_back(i); // grows past the pool's largest block
-        for (int i = 0; i < 100000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i);
-        v.erase(v.begin(), v.begin() + 50000);
-        EXPECT_EQ(v.front(), 50000);
-
-        std::pmr::map<int, std::pmr::string> m(&pool);
-        for (int i = 0; i < 5000; ++i) m.emplace(i, text(i).c_str());
-        ASSERT_EQ(m.size(), 5000u);
-        EXPECT_EQ(m.get_allocator().resource(), &pool);
-        // uses-allocator construction: the strings inside use the map's resource too
-        EXPECT_EQ(m.at(17).get_allocator().resource(), &pool);
-        EXPECT_EQ(m.at(17), text(17).c_str());
-        for (int i = 0; i < 5000; i += 2) m.erase(i);
-        EXPECT_EQ(m.size(), 2500u);
-        std::pmr::map<int, std::pmr::string> copy(m, std::pmr::new_delete_resource());
-        EXPECT_TRUE(copy == m);
-        EXPECT_EQ(copy.at(17).get_allocator().resource(), std::pmr::new_delete_resource());
-
-        std::pmr::string s(&pool);
-        for (int i = 0; i < 3000; ++i) s += std::to_string(i);
-        EXPECT_GT(s.size(), 2 * page);
-        EXPECT_EQ(s.get_allocator().resource(), &pool);
-        std::pmr::string s2(s, &pool);
-        EXPECT_EQ(s2, s);
-
-        if (query_works() && binding_works()) {
-            // the pool's chunks are bound to the node
-            std::pmr::vector<double> placed(200000, 1.0, &pool);
-            const auto h = numaplace::where(placed);
-            EXPECT_EQ(h.on(node.id), h.pages);
-        }
-    }
-}
-
-TEST(allocator_conformance, pmr_containers_on_every_node_page_resource) {
-    const auto& topo = topology::get();
-    for (const auto& node : topo.nodes()) {
-        SCOPED_TRACE("node " + std::to_string(node.id));
-        numaplace::page_resource<on_node> resource{on_node(node.id, node_policy::bind, binding_fallback())};
-        numaplace::page_resource<on_node> same{on_node(node.id, node_policy::bind, binding_fallback())};
-        numaplace::page_resource<on_node> preferring{on_node(node.id, node_policy::prefer, fallback::degrade)};
-        EXPECT_TRUE(resource.is_equal(same));
-        EXPECT_FALSE(resource.is_equal(preferring));
-        EXPECT_FALSE(resource.is_equal(*std::pmr::new_delete_resource()));
-        EXPECT_EQ(resource.placement(), on_node(node.id, node_policy::bind, binding_fallback()));
-
-        std::pmr::vector<int> v(&resource);
-        for (int i = 0; i < 200000; ++i) v.push_back(i * 3);
-        for (int i = 0; i < 200000; ++i) ASSERT_EQ(v[static_cast<std::size_t>(i)], i * 3);
-        std::pmr::vector<int> copy(v, &same);
-        EXPECT_TRUE(copy == v);
-        v.erase(v.begin() + 10, v.end());
-        v.shrink_to_fit();
-        EXPECT_EQ(v.size(), 10u);
-
-        std::pmr::map<int, std::pmr::string> m(&resource); // one page per node: wasteful but correct
-        for (int i = 0; i < 200; ++i) m.emplace(i, text(i).c_str());
-        EXPECT_EQ(m.at(150), text(150).c_str());
-        EXPECT_EQ(m.at(150).get_allocator().resource(), &resource);
-        for (int i = 0; i < 200; i += 4) m.erase(i);
-        EXPECT_EQ(m.size(), 150u);
-
-        std::pmr::string s(10 * page, 'x', &resource);
-        s.append(std::string(page, 'y'));
-        EXPECT_EQ(s.size(), 11 * page);
-        EXPECT_EQ(std::count(s.begin(), s.end(), 'y'), static_cast<std::ptrdiff_t>(page));
-
-        // allocations are page-aligned whatever alignment was asked, and round-trip
-        for (std::size_t bytes : {std::size_t(1), std::size_t(100), page, 5 * page + 3}) {
-            void* p = resource.allocate(bytes, 64);
-            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % page, 0u);
-            std::fill_n(static_cast<char*>(p), bytes, 'z');
-            resource.deallocate(p, bytes, 64);
-        }
-
-        if (query_works() && binding_works()) {
-            std::pmr::vector<long> placed(300000, 5, &resource);
-            const auto h = numaplace::where(placed);
-            EXPECT_EQ(h.untouched, 0u);
-            EXPECT_EQ(h.on(node.id), h.pages);
-        }
-    }
 }
 
 // --- value semantics: moved-from allocators and placements, and libstdc++'s node-handle drop ---------

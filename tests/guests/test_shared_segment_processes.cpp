@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -107,6 +109,52 @@ private:
     bool ok_ = false;
 };
 
+// The read-ahead test's file: 256 pages made for the test (not this binary's own pages: a Release build's
+// loader has read its last pages, a Debug build's not, so such a test depended on the build type), on a
+// file system whose page cache read-ahead fills (not tmpfs, which has no read-ahead). Where its directory
+// is writable (a multi-node host) the test writes it fresh, fsyncs it and drops it from the page cache;
+// in the guests every writable directory is a tmpfs, so the build wrote it on the host
+// (tests/CMakeLists.txt) and the guest reads it over 9p, dropping whatever it cached. NUMAPLACE_READAHEAD_FILE
+// (environment) overrides the path. \returns a read-only fd with no page of the file cached, or -1.
+constexpr std::size_t readahead_file_pages = 256;
+
+std::string readahead_test_path() {
+    const char* given = std::getenv("NUMAPLACE_READAHEAD_FILE");
+    return given && *given ? given : NUMAPLACE_READAHEAD_FILE;
+}
+
+int readahead_test_file() {
+    const std::string path = readahead_test_path();
+    const int out = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out >= 0) { // fresh: every page its own bytes
+        std::vector<char> buf(page);
+        bool ok = true;
+        for (std::size_t i = 0; i < readahead_file_pages && ok; ++i) {
+            std::snprintf(buf.data(), buf.size(), "numaplace read-ahead test page %zu\n", i);
+            ok = ::write(out, buf.data(), page) == static_cast<ssize_t>(page);
+        }
+        ok = ok && ::fsync(out) == 0;
+        ::close(out);
+        EXPECT_TRUE(ok) << "cannot write " << path << ": " << std::strerror(errno);
+        if (!ok) return -1;
+    } else {
+        EXPECT_TRUE(errno == EROFS || errno == EACCES || errno == EPERM)
+            << "cannot write " << path << ": " << std::strerror(errno);
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    EXPECT_GE(fd, 0) << path << ": " << std::strerror(errno) << " (the build writes it: reconfigure)";
+    if (fd < 0) return -1;
+    struct stat st {};
+    EXPECT_EQ(::fstat(fd, &st), 0);
+    EXPECT_GE(static_cast<std::size_t>(st.st_size), readahead_file_pages * page) << path;
+    EXPECT_EQ(::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0) << path;
+    if (static_cast<std::size_t>(st.st_size) < readahead_file_pages * page) {
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 char* map_memfd(int& fd) {
     fd = static_cast<int>(::syscall(SYS_memfd_create, "pitfall", MFD_CLOEXEC));
     EXPECT_GE(fd, 0);
@@ -167,29 +215,27 @@ TEST(shared_segment_processes, shmem_huge_page_puts_every_part_on_the_first_touc
     }
 }
 
-// The notes' read-ahead pitfall, on a file-backed MAP_SHARED mapping (here a 9p file of the host: the
-// test binary's own last pages, which nothing has read in this guest): the first reader's fault reads
-// ahead a window of pages into the page cache on its node, the other processes then find theirs there.
-// MADV_RANDOM turns read-ahead off: each fault reads its own page, on its reader's node.
+// The notes' read-ahead pitfall, on a file-backed MAP_SHARED mapping (a file made for the test, read
+// over 9p in the guests: see readahead_test_file): the first reader's fault reads ahead a window of pages
+// into the page cache on its node, the other processes then find theirs there. MADV_RANDOM turns
+// read-ahead off: each fault reads its own page, on its reader's node.
 TEST(shared_segment_processes, file_read_ahead_and_madv_random) {
     REQUIRE_TWO_CPU_NODES();
-    int fd = ::open("/proc/self/exe", O_RDONLY | O_CLOEXEC);
+    const int fd = readahead_test_file();
     ASSERT_GE(fd, 0);
-    struct stat st {};
-    ASSERT_EQ(::fstat(fd, &st), 0);
-    const std::size_t file_pages = static_cast<std::size_t>(st.st_size) / page;
-    ASSERT_GE(file_pages, 100u);
-    // two disjoint 10-page windows near the end of the file, far from anything the loader maps
+    // two disjoint 10-page windows, each far from the other's read-ahead and dropped again before use
     for (int advice : {0, MADV_RANDOM}) {
-        const off_t offset = static_cast<off_t>((file_pages - (advice ? 30 : 60)) * page);
-        ASSERT_EQ(::posix_fadvise(fd, offset, static_cast<off_t>(30 * page), POSIX_FADV_DONTNEED), 0);
+        const off_t offset = static_cast<off_t>((advice ? 192 : 48) * page);
+        ASSERT_EQ(::posix_fadvise(fd, offset, static_cast<off_t>(10 * page), POSIX_FADV_DONTNEED), 0);
         void* m = ::mmap(nullptr, 10 * page, PROT_READ, MAP_SHARED, fd, offset);
         ASSERT_NE(m, MAP_FAILED);
         char* p = static_cast<char*>(m);
         if (advice) ASSERT_EQ(::madvise(p, 10 * page, advice), 0);
         unsigned char resident[10] = {};
         ASSERT_EQ(::mincore(p, 10 * page, resident), 0);
-        for (unsigned char r : resident) ASSERT_EQ(r & 1, 0) << "the window was read before the test";
+        for (unsigned char r : resident)
+            ASSERT_EQ(r & 1, 0) << "the window is still in the page cache after POSIX_FADV_DONTNEED (a tmpfs file, "
+                                   "or mapped elsewhere?): " << readahead_test_path();
         run_processes(p, false);
         EXPECT_EQ(nodes_of_pages(p), advice ? owners() : std::vector<int>(10, node_of(0)))
             << (advice ? "MADV_RANDOM" : "default read-ahead");
@@ -210,7 +256,7 @@ TEST(shared_segment_processes, parts_touched_from_the_wrong_node) {
                                      : shared_segment::create(segment_layout(parts), fallback::degrade);
             if (!bound) { // the same segment without its policy: plain first touch
                 detail::kernel_nodemask none;
-                ASSERT_EQ(detail::sys_mbind(s.data(), s.bytes(), detail::mpol_default, none, 0), 0);
+                ASSERT_EQ(detail::os_mbind(s.data(), s.bytes(), detail::mpol_default, none, 0), 0);
             }
             std::vector<int> toucher_nodes;
             for (std::size_t k = 0; k < 3; ++k) {

@@ -1,25 +1,30 @@
-// Placement behaviour of the allocators: exact page counts per node, on any topology. On a one-node host
-// every expectation degenerates to "node 0"; in the multi-node guests the same assertions are exact
-// per node.
+// allocator.hpp: the STL allocators themselves (untouched pages until the container writes them, small
+// blocks from the node's heap, element types, rebinding, cross-thread frees, sizes past max_size), on any
+// topology: on a one-node host every expectation is "node 0", in the multi-node guests it is exact per
+// node. Where each placement puts the pages: test_placement; the Allocator requirements with every std
+// container: tests/conformance.
 #include <numaplace/allocator.hpp>
 #include <numaplace/where.hpp>
 
-#include "smaps.hpp"
-
 #include <gtest/gtest.h>
 
-#include <seccomp.hpp>
-
-#include <cerrno>
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <list>
+#include <map>
+#include <new>
+#include <numeric>
 #include <set>
-#include <type_traits>
-#include <thread>
 #include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+namespace np = numaplace;
 using namespace numaplace;
 
 namespace {
@@ -29,6 +34,8 @@ template <class A>
 using lazy_vector = std::vector<typename A::value_type, default_init_allocator<A>>;
 
 std::size_t pages_of(std::size_t bytes) { return (bytes + detail::page_size() - 1) / detail::page_size(); }
+
+constexpr std::size_t max_size = std::numeric_limits<std::size_t>::max();
 } // namespace
 
 TEST(allocator, node_allocator_puts_every_page_on_its_node_and_touches_nothing_itself) {
@@ -55,120 +62,6 @@ TEST(allocator, value_initialising_vector_is_touched_by_its_constructor) {
     auto h = where(v);
     EXPECT_EQ(h.untouched, 0u);
     EXPECT_EQ(h.on(0), h.pages);
-}
-
-TEST(allocator, preferred_node_puts_pages_there_while_it_has_memory) {
-    const auto& topo = topology::get();
-    for (const auto& node : topo.nodes()) {
-        if (node.memory < 256 * mib) continue;
-        std::vector<char, node_allocator<char>> v(8 * mib, 1, node_allocator<char>(node.id, node_policy::prefer));
-        auto h = where(v);
-        EXPECT_EQ(h.on(node.id), h.pages) << "node " << node.id;
-    }
-}
-
-TEST(allocator, interleaved_spreads_pages_round_robin_within_one_page) {
-    const auto& topo = topology::get();
-    const node_set all = topo.all();
-    const std::size_t bytes = 16 * mib + 3 * detail::page_size(); // not a multiple of the node count
-    std::vector<char, interleaved_allocator<char>> v(bytes, 1, interleaved_allocator<char>(all));
-    auto h = where(v);
-    ASSERT_EQ(h.untouched, 0u);
-    std::size_t lo = h.pages, hi = 0;
-    for (int id : all) {
-        lo = std::min(lo, h.on(id));
-        hi = std::max(hi, h.on(id));
-    }
-    EXPECT_LE(hi - lo, 1u);
-    EXPECT_EQ(h.touched(), h.pages);
-    // round-robin order: page i+1 is on the node after page i's (in node-id order)
-    if (all.size() > 1) {
-        std::vector<int> seq;
-        const std::size_t page = detail::page_size();
-        const char* base = v.data();
-        const std::size_t first = (page - reinterpret_cast<std::uintptr_t>(base) % page) % page;
-        for (std::size_t off = first; off + page <= bytes && seq.size() < 64; off += page) {
-            auto one = where(base + off, 1);
-            for (int id : all)
-                if (one.on(id)) seq.push_back(id);
-        }
-        for (std::size_t i = 1; i < seq.size(); ++i) {
-            auto pos = [&](int id) { return std::find(all.begin(), all.end(), id) - all.begin(); };
-            EXPECT_EQ((pos(seq[i - 1]) + 1) % static_cast<long>(all.size()), pos(seq[i])) << "page " << i;
-        }
-    }
-}
-
-TEST(allocator, weighted_interleave_places_runs_by_weight) {
-    const auto& topo = topology::get();
-    if (topo.size() < 2) GTEST_SKIP() << "one NUMA node: weights cannot be observed";
-    node_set two{0, 1};
-    interleaved_allocator<char> a(interleaved(two, {2, 1}));
-    const std::size_t pages = 3000;
-    const std::size_t bytes = pages * detail::page_size();
-    char* p = a.allocate(bytes);
-    // placed eagerly at allocation: every page is already there
-    auto h = where(p, bytes);
-    EXPECT_EQ(h.untouched, 0u);
-    EXPECT_EQ(h.on(0), 2000u);
-    EXPECT_EQ(h.on(1), 1000u);
-    // pattern 0,0,1 per period of three pages
-    for (std::size_t i = 0; i < 30; ++i) {
-        auto one = where(p + i * detail::page_size(), 1);
-        EXPECT_EQ(one.on(i % 3 == 2 ? 1 : 0), 1u) << "page " << i;
-    }
-    a.deallocate(p, bytes);
-}
-
-TEST(allocator, equal_weights_reduce_to_plain_interleave) {
-    interleaved i(topology::get().all(), std::vector<std::size_t>(topology::get().size(), 4));
-    EXPECT_TRUE(i.weights().empty());
-    EXPECT_EQ(i, interleaved(topology::get().all()));
-}
-
-TEST(allocator, partitioned_puts_block_k_on_node_k) {
-    const std::size_t n = 48 * mib / sizeof(double) + 123;
-    partition<double> part(n);
-    lazy_vector<partitioned_allocator<double>> v(n, partitioned_allocator<double>(part));
-    EXPECT_EQ(where(v).untouched, where(v).pages);
-    memory::touch(v.data(), n * sizeof(double)); // one thread: binding, not first touch, decides
-    auto loc = where(v.data(), part);
-    EXPECT_EQ(loc.histogram.untouched, 0u);
-    EXPECT_EQ(loc.remote, 0u);
-    EXPECT_EQ(loc.local, loc.histogram.pages);
-    for (const auto& b : part.blocks()) {
-        if (b.empty()) continue;
-        auto h = where(v.data() + b.begin, b.size() * sizeof(double));
-        EXPECT_EQ(h.on(b.node), h.pages) << "block of node " << b.node;
-    }
-}
-
-TEST(allocator, partitioned_allocation_of_another_size_is_split_by_the_same_weights) {
-    partition<double> part(1000);
-    partitioned_allocator<double> a(part);
-    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double)), part.resized(4000).untyped());
-    // a partial element counts as one (rebound allocators of other sizes)
-    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double) + 1).units(), 4001u);
-}
-
-TEST(allocator, partitioned_rows_allocation_is_split_in_whole_rows) {
-    const std::size_t rows = 3000, cols = 1000; // 8000-byte rows
-    const auto part = partition<double>::rows(rows, cols);
-    partitioned_allocator<double> a(part);
-    // m elements: ceil(m / cols) whole rows
-    const basic_partition split = a.placement().partition_for((rows * cols - 7) * sizeof(double));
-    EXPECT_EQ(split.units(), rows);
-    EXPECT_EQ(split, part.untyped());
-    lazy_vector<partitioned_allocator<double>> v(rows * cols, a);
-    memory::touch(v.data(), v.size() * sizeof(double));
-    auto loc = where(v.data(), part); // all rows * cols elements
-    EXPECT_EQ(loc.histogram.pages, pages_of(rows * cols * sizeof(double)));
-    EXPECT_EQ(loc.remote, 0u);
-    for (const auto& b : part.blocks()) {
-        if (b.empty()) continue;
-        auto h = where(v.data() + b.begin * cols, b.size() * cols * sizeof(double));
-        EXPECT_EQ(h.on(b.node), h.pages) << "rows of node " << b.node;
-    }
 }
 
 TEST(allocator, partitioned_allocator_default_constructs_to_the_default_partition_of_t) {
@@ -221,85 +114,6 @@ TEST(allocator, every_node_pool_serves_its_own_node) {
     }
 }
 
-TEST(allocator, preferred_many_puts_pages_on_its_nodes_while_they_have_memory) {
-    // Prefer only the last node (and, with several nodes, the last two): every page must land there,
-    // not on node 0 where this thread may run. Strict where the kernel has MPOL_PREFERRED_MANY.
-    const auto& topo = topology::get();
-    const int last = static_cast<int>(topo.size()) - 1;
-    std::vector<node_set> sets{node_set{last}};
-    if (topo.size() > 2) sets.push_back(node_set{last - 1, last});
-    for (const auto& set : sets) {
-        if (!topo.capabilities().preferred_many) {
-            allocator<char, preferred_many> strict{preferred_many(set)};
-            EXPECT_THROW((void)strict.allocate(4 * mib), placement_error);
-            continue;
-        }
-        allocator<char, preferred_many> a{preferred_many(set)};
-        const std::size_t bytes = 4 * mib;
-        char* p = a.allocate(bytes);
-        std::memset(p, 1, bytes);
-        auto h = where(p, bytes);
-        std::size_t on_set = 0;
-        for (int id : set) on_set += h.on(id);
-        EXPECT_EQ(on_set, h.pages);
-        EXPECT_EQ(h.untouched, 0u);
-        a.deallocate(p, bytes);
-    }
-}
-
-// Binding refused, as under a container's seccomp profile: strict placements throw placement_error
-// with EPERM and lose nothing; degrading ones fall back and say so.
-TEST(allocator, binding_refused_strict_throws_eperm_degrade_falls_back_and_records) {
-    (void)topology::get(); // loaded (and probed) before the filter, as in a process sandboxed later
-    int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
-        const std::size_t bytes = 4 * mib;
-        try {
-            node_allocator<char> strict(0);
-            (void)strict.allocate(bytes);
-            return 1; // must not get here
-        } catch (const placement_error& e) {
-            if (e.error_number() != EPERM || e.node() != 0 || e.bytes() != bytes) return 2;
-            if (std::string(e.what()).find("errno 1") == std::string::npos) return 3;
-        }
-        const std::size_t before = degradation_count();
-        node_allocator<char> soft(0, node_policy::bind, fallback::degrade);
-        char* p = soft.allocate(bytes);
-        std::memset(p, 1, bytes);
-        soft.deallocate(p, bytes);
-        if (degradation_count() != before + 1) return 4;
-        if (degradations().empty() || degradations().back().find("Operation not permitted") == std::string::npos) return 5;
-        partitioned_allocator<double> part_soft(partition<double>(1 << 20), fallback::degrade);
-        double* d = part_soft.allocate(1 << 20);
-        part_soft.deallocate(d, 1 << 20);
-        if (degradation_count() <= before + 1) return 6;
-        try {
-            interleaved_allocator<char> il(topology::get().all());
-            (void)il.allocate(bytes);
-            return 7;
-        } catch (const placement_error& e) {
-            if (e.error_number() != EPERM) return 8;
-        }
-        return 0;
-    });
-    EXPECT_EQ(code, 0);
-}
-
-TEST(allocator, request_beyond_node_memory_throws_enomem_strict_or_degrading) {
-    const auto& node = topology::get().at(0);
-    const std::size_t too_much = static_cast<std::size_t>(node.memory) + mib;
-    for (auto fb : {fallback::strict, fallback::degrade}) {
-        node_allocator<char> a(0, node_policy::bind, fb);
-        try {
-            (void)a.allocate(too_much);
-            FAIL() << "allocated more than node 0 has";
-        } catch (const placement_error& e) {
-            EXPECT_EQ(e.node(), 0);
-            EXPECT_EQ(e.bytes(), too_much);
-            EXPECT_EQ(e.error_number(), ENOMEM);
-        }
-    }
-}
-
 // The small-object heap moves blocks between threads: allocate on some threads, free on others, on
 // several nodes at once (ThreadSanitizer runs this too).
 TEST(allocator, small_blocks_cross_threads_without_loss) {
@@ -335,34 +149,70 @@ TEST(allocator, small_blocks_cross_threads_without_loss) {
     for (auto& th : pool) th.join();
 }
 
-namespace {
-using numaplace_test::has_vm_flag;
-using numaplace_test::smaps_field;
-using numaplace_test::smaps_kb;
-} // namespace
+TEST(allocator, size_overflow_throws_bad_array_new_length) {
+    numaplace::node_allocator<double> a(0);
+    EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_array_new_length);
+    EXPECT_THROW((void)a.allocate(std::numeric_limits<std::size_t>::max()), std::bad_array_new_length);
+    EXPECT_THROW((void)a.allocate(std::numeric_limits<std::size_t>::max() / 2), std::bad_array_new_length);
+    numaplace::interleaved_allocator<int> i{numaplace::interleaved(fallback::degrade)};
+    EXPECT_THROW((void)i.allocate(i.max_size() + 1), std::bad_array_new_length);
+    numaplace::partitioned_allocator<long> p;
+    EXPECT_THROW((void)p.allocate(p.max_size() + 1), std::bad_array_new_length);
+    // it is a bad_alloc
+    EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_alloc);
+    // what does not overflow n * sizeof(T) but cannot be mapped is still a bad_alloc (placement_error)
+    EXPECT_THROW((void)a.allocate(a.max_size()), std::bad_alloc);
+}
 
-TEST(allocator, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) {
-    // THP `madvise`: huge-page edges ask for huge pages (MADV_HUGEPAGE, VmFlags "hg"); small-page edges
-    // keep them off (MADV_NOHUGEPAGE, "nh") whenever THP is on, so a huge page never straddles two blocks.
-    const auto& topo = topology::get();
-    const std::string thp = topo.capabilities().thp;
-    const bool thp_on = thp == "always" || thp == "madvise";
-    const std::size_t bytes = 64 * mib;
-    const partition<char> huge_edges(bytes, topo.with_cpus(), {}, edge_alignment::huge);
-    const partition<char> page_edges(bytes, topo.with_cpus(), {}, edge_alignment::page);
-    EXPECT_EQ(huge_edges.huge_pages(), thp == "madvise" ? huge_page_advice::request : huge_page_advice::none);
-    EXPECT_EQ(page_edges.huge_pages(), thp_on ? huge_page_advice::forbid : huge_page_advice::none);
-    partitioned_allocator<char> with_huge(huge_edges, fallback::degrade), with_small(page_edges, fallback::degrade);
-    char* a = with_huge.allocate(bytes);
-    char* b = with_small.allocate(bytes);
-    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % detail::huge_page_size(), 0u);
-    memory::touch(a, bytes);
-    memory::touch(b, bytes);
-    EXPECT_EQ(has_vm_flag(a, "hg"), thp == "madvise") << smaps_field(a, "VmFlags");
-    EXPECT_FALSE(has_vm_flag(a, "nh")) << smaps_field(a, "VmFlags");
-    EXPECT_EQ(has_vm_flag(b, "nh"), thp_on) << smaps_field(b, "VmFlags");
-    EXPECT_EQ(smaps_kb(b, "AnonHugePages"), 0u) << "small-page edges keep huge pages off";
-    // (whether the kernel then finds free huge pages for `a` is its business: bench_huge_pages reports it)
-    with_huge.deallocate(a, bytes);
-    with_small.deallocate(b, bytes);
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(allocator_attack, value_semantics_and_bad_sizes) {
+    using A = np::partitioned_allocator<double>;
+    A a; // the default partition of double
+    A b = std::move(a);
+    EXPECT_TRUE(a == b);
+    a = a;
+    EXPECT_TRUE(a == b);
+    EXPECT_THROW((void)a.allocate(a.max_size() + 1), std::bad_array_new_length);
+    EXPECT_THROW((void)a.allocate(max_size), std::bad_array_new_length);
+    EXPECT_THROW((void)a.allocate(a.max_size()), std::bad_alloc); // fits size_t, not memory
+    double* p = a.allocate(0);
+    a.deallocate(p, 0);
+    for (std::size_t n : {std::size_t(1), std::size_t(511), std::size_t(512), std::size_t(513), std::size_t(262145)}) {
+        double* q = a.allocate(n);
+        ASSERT_NE(q, nullptr);
+        for (std::size_t i = 0; i < n; ++i) q[i] = double(i);
+        EXPECT_EQ(q[n - 1], double(n - 1));
+        b.deallocate(q, n); // equal allocator frees
+    }
+    np::interleaved_allocator<char> il;
+    np::interleaved_allocator<char> il2 = il;
+    EXPECT_TRUE(il == il2);
+    EXPECT_THROW(np::node_allocator<int>(-1), np::unknown_node);
+    EXPECT_THROW(np::node_allocator<int>(static_cast<int>(np::topology::get().size())), np::unknown_node);
+}
+
+TEST(allocator_attack, std_containers_with_weighted_interleave) {
+    const np::node_set all = np::topology::get().all();
+    std::vector<std::size_t> w(all.size(), 1);
+    w[0] = 3;
+    const np::interleaved il(all, w);
+    using S = std::basic_string<char, std::char_traits<char>, np::interleaved_allocator<char>>;
+    np::interleaved_allocator<char> ca(il);
+    std::map<int, S, std::less<int>, np::interleaved_allocator<std::pair<const int, S>>> m(ca);
+    for (int i = 0; i < 2000; ++i) m.emplace(i, S(std::size_t(i % 300), char('a' + i % 26), ca));
+    EXPECT_EQ(m.size(), 2000u);
+    for (int i = 0; i < 2000; ++i) ASSERT_EQ(m.at(i), S(std::size_t(i % 300), char('a' + i % 26), ca));
+    auto node = m.extract(5);
+    EXPECT_EQ(node.key(), 5);
+    m.insert(std::move(node));
+    EXPECT_EQ(m.size(), 2000u);
+    std::deque<int, np::interleaved_allocator<int>> d(ca);
+    std::list<int, np::interleaved_allocator<int>> l(ca);
+    for (int i = 0; i < 100000; ++i) { d.push_back(i); l.push_front(i); }
+    EXPECT_EQ(std::accumulate(d.begin(), d.end(), 0LL), 4999950000LL);
+    EXPECT_EQ(std::accumulate(l.begin(), l.end(), 0LL), 4999950000LL);
+    while (!d.empty()) d.pop_front();
+    S big(1 << 20, 'x', ca);
+    EXPECT_EQ(std::count(big.begin(), big.end(), 'x'), 1 << 20);
 }

@@ -1,6 +1,6 @@
 // Fork while other threads hold numaplace's process-wide locks (interning registries, the placed-buffer
 // record, the degradation log): the child's only thread must still build partitions and placements,
-// allocate partitioned memory and record degradations without deadlocking (detail/fork_guard.hpp).
+// allocate partitioned memory and record degradations without deadlocking (detail/fork.hpp).
 // A child that deadlocks is killed by its alarm and fails the test.
 
 #include <numaplace/allocator.hpp>

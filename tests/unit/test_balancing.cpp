@@ -3,22 +3,29 @@
 #include <numaplace/balancing.hpp>
 #include <numaplace/memory.hpp>
 #include <numaplace/placement.hpp>
+#include <numaplace/report.hpp>
 #include <numaplace/where.hpp>
 
 #include "seccomp.hpp"
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <sstream>
+#include <vector>
 
 #include <sys/mman.h>
 #include <sys/utsname.h>
 
+namespace np = numaplace;
 using namespace numaplace;
 
 namespace {
+constexpr std::size_t max_size = std::numeric_limits<std::size_t>::max();
+
 bool kernel_at_least(int major, int minor) {
     utsname u{};
     if (::uname(&u) != 0) return false;
@@ -102,7 +109,7 @@ TEST(balancing, strict_throws_and_degrading_records_under_seccomp) {
         if (degradation_count() != before + 1) return 13;
         bool found = false;
         for (const auto& msg : degradations())
-            found |= msg == "bind_with_balancing: MPOL_F_NUMA_BALANCING refused (errno 1), left to first touch (errno 1)";
+            found |= msg == "bind_with_balancing: mbind bind (with NUMA balancing) to node 0 refused (Operation not permitted): left to first touch";
         return found ? 0 : 14;
     });
     EXPECT_EQ(code, 0);
@@ -154,4 +161,18 @@ TEST(balancing, place_pages_bind_balancing_places_on_the_nodes_and_sets_the_flag
     }
     memory::unmap(q, page);
     EXPECT_STREQ(memory::name(memory::policy_mode::bind_balancing), "bind (with NUMA balancing)");
+}
+
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(balancing_attack, bad_ranges) {
+    const std::size_t page = np::detail::page_size();
+    const np::node_set all = np::topology::get().all();
+    std::vector<char> buf(3 * page);
+    char* aligned = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(buf.data()) + page - 1) / page * page);
+    EXPECT_THROW(np::bind_with_balancing(aligned + 1, page, all), np::invalid_placement);
+    EXPECT_THROW(np::bind_with_balancing(aligned, max_size, all), np::invalid_placement);
+    EXPECT_THROW(np::bind_with_balancing(aligned, max_size - page, all, np::fallback::degrade), np::invalid_placement);
+    EXPECT_THROW(np::bind_with_balancing(aligned, page, np::node_set{}), np::invalid_placement);
+    EXPECT_TRUE(np::bind_with_balancing(aligned, 0, all));
 }

@@ -1,7 +1,9 @@
-// The memory layer under attack: size overflow at every boundary, alignments 1 B..4 MiB, strictness
-// after a seccomp filter installed late, fork under load, memory given back (RSS), RLIMIT_AS
-// exhaustion, and requests larger than the free memory of a node. Children that may die or hang run in
-// forked processes whose exit status (never a timing) is asserted.
+// The per-node heap (detail/heap/) under attack through the allocators and node_pool: size overflow at
+// every boundary, over-aligned types, mid sizes pooled and bound, strictness after a seccomp filter
+// installed late, fork under load, memory given back (RSS), RLIMIT_AS exhaustion, page runs (routing,
+// coalescing, placement, purging). Children that may die or hang run in forked processes whose exit
+// status (never a timing) is asserted. The pmr resources' own boundaries and alignments: test_pmr;
+// requests larger than the free memory of a node (admission): test_memory.
 #include <numaplace/allocator.hpp>
 #include <numaplace/pmr.hpp>
 #include <numaplace/where.hpp>
@@ -9,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <child.hpp>
+#include <expect.hpp>
 #include <seccomp.hpp>
 
 #include <algorithm>
@@ -71,28 +74,8 @@ int policy_at(const void* p) {
 // Children run in forked processes (tests/support/child.hpp): exit code, 128 + signal, or 255 (hung).
 using numaplace_test::run_child;
 
-template <class F>
-void expect_enomem(F f, const std::string& what) {
-    try {
-        f();
-        ADD_FAILURE() << what << ": no exception";
-    } catch (const placement_error& e) {
-        EXPECT_EQ(e.error_number(), ENOMEM) << what;
-    } catch (const std::exception& e) {
-        ADD_FAILURE() << what << ": wrong exception " << typeid(e).name() << ": " << e.what();
-    }
-}
-
-const std::vector<std::size_t>& huge_sizes() {
-    static const std::vector<std::size_t> sizes{SIZE_MAX,        SIZE_MAX - 1,    SIZE_MAX - 8,   SIZE_MAX - 100,
-                                                SIZE_MAX - page + 1, SIZE_MAX - page, SIZE_MAX - 2 * page,
-                                                SIZE_MAX / 2 + 1, std::size_t(1) << 62};
-    return sizes;
-}
-const std::vector<std::size_t>& alignments() {
-    static const std::vector<std::size_t> a{1, 8, 16, 64, 4096, 8192, 65536, 2 * mib};
-    return a;
-}
+using numaplace_test::expect_enomem; // tests/support/expect.hpp
+using numaplace_test::huge_sizes;
 
 struct alignas(8192) aligned8k {
     char c[8192];
@@ -142,52 +125,6 @@ TEST(heap, allocators_refuse_impossible_sizes_with_exact_types) {
     allocator_boundaries(partitioned_allocator<char>(partition<char>(1000)), "partitioned_allocator<char>");
     allocator_boundaries(partitioned_allocator<aligned8k>(partition<aligned8k>(1000)),
                          "partitioned_allocator<alignas(8192)>");
-}
-
-TEST(heap, resources_refuse_impossible_sizes_and_serve_zero) {
-    page_resource<on_node> pages{on_node(0)};
-    page_resource<interleaved> spread{interleaved(topology::get().all())};
-    std::vector<std::pair<std::pmr::memory_resource*, std::string>> resources{
-        {&node_pool(0), "node_pool"}, {&pages, "page_resource<on_node>"}, {&spread, "page_resource<interleaved>"}};
-    for (auto& r : resources) {
-        for (std::size_t a : alignments()) {
-            for (std::size_t bytes : {std::size_t(0), std::size_t(1), page - 1, page, page + 1}) {
-                void* p = r.first->allocate(bytes, a);
-                ASSERT_NE(p, nullptr) << r.second << " " << bytes << "@" << a;
-                EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % a, 0u) << r.second << " " << bytes << "@" << a;
-                if (bytes) static_cast<char*>(p)[bytes - 1] = 1;
-                r.first->deallocate(p, bytes, a);
-            }
-            for (std::size_t bytes : huge_sizes())
-                expect_enomem([&] { (void)r.first->allocate(bytes, a); },
-                              r.second + " " + std::to_string(bytes) + "@" + std::to_string(a));
-        }
-        // zero bytes twice: two distinct blocks
-        void* z1 = r.first->allocate(0, 16);
-        void* z2 = r.first->allocate(0, 16);
-        EXPECT_NE(z1, z2) << r.second;
-        r.first->deallocate(z1, 0, 16);
-        r.first->deallocate(z2, 0, 16);
-    }
-}
-
-TEST(heap, every_power_of_two_alignment_to_4_mib_exactly) {
-    std::vector<std::pair<std::pmr::memory_resource*, std::string>> resources{{&node_pool(0), "node_pool"}};
-    page_resource<on_node> pages{on_node(0)};
-    resources.emplace_back(&pages, "page_resource");
-    for (auto& r : resources)
-        for (std::size_t a = 1; a <= 4 * mib; a *= 2)
-            for (std::size_t bytes : {std::size_t(1), std::size_t(24), std::size_t(100), page, 5000 + a / 3, std::size_t(70000)}) {
-                std::vector<void*> blocks;
-                for (int k = 0; k < 5; ++k) {
-                    void* p = r.first->allocate(bytes, a);
-                    ASSERT_EQ(reinterpret_cast<std::uintptr_t>(p) % a, 0u) << r.second << " " << bytes << "@" << a;
-                    static_cast<char*>(p)[0] = 1;
-                    static_cast<char*>(p)[bytes - 1] = 2;
-                    blocks.push_back(p);
-                }
-                for (void* p : blocks) r.first->deallocate(p, bytes, a);
-            }
 }
 
 TEST(heap, over_aligned_types_in_vectors_are_aligned) {
@@ -475,74 +412,6 @@ TEST(heap, exhausted_address_space_throws_and_freeing_still_works) {
                           "signal 6: terminate";
 }
 
-TEST(heap, requests_beyond_free_memory_are_refused_for_every_policy) {
-    const auto& topo = topology::get();
-    const std::size_t tib = std::size_t(1) << 40;
-    expect_enomem([&] { (void)node_allocator<char>(0).allocate(tib); }, "bind strict");
-    expect_enomem([&] { (void)node_allocator<char>(0, node_policy::bind, fallback::degrade).allocate(tib); }, "bind degrade");
-    expect_enomem([&] { (void)node_allocator<char>(0, node_policy::prefer).allocate(tib); }, "prefer strict");
-    expect_enomem([&] { (void)node_allocator<char>(0, node_policy::prefer, fallback::degrade).allocate(tib); }, "prefer degrade");
-    expect_enomem([&] { (void)interleaved_allocator<char>(interleaved(topo.all(), {}, fallback::degrade)).allocate(tib); }, "interleave");
-    expect_enomem([&] { (void)node_pool(0).allocate(tib, 64); }, "node_pool");
-    page_resource<on_node> pages{on_node(0, node_policy::prefer, fallback::degrade)};
-    expect_enomem([&] { (void)pages.allocate(tib, 64); }, "page_resource prefer");
-}
-
-TEST(heap, two_strict_requests_of_six_tenths_of_a_node_only_fit_one_at_a_time) {
-    for (const auto& node : topology::get().nodes()) {
-        if (node.memory == 0) continue;
-        const std::size_t bytes = static_cast<std::size_t>(node.memory) / 10 * 6;
-        node_allocator<char> a(node.id);
-        char* first = nullptr;
-        try {
-            first = a.allocate(bytes);
-        } catch (const placement_error& e) {
-            // a node more than 40 % used cannot take even the first: refused the same way
-            EXPECT_EQ(e.error_number(), ENOMEM);
-            continue;
-        }
-        try {
-            char* second = a.allocate(bytes);
-            a.deallocate(second, bytes);
-            ADD_FAILURE() << "node " << node.id << ": both 0.6x requests admitted";
-        } catch (const placement_error& e) {
-            EXPECT_EQ(e.error_number(), ENOMEM);
-            EXPECT_EQ(e.node(), node.id);
-        }
-        a.deallocate(first, bytes);
-        char* again = nullptr;
-        EXPECT_NO_THROW(again = a.allocate(bytes)) << "the first reservation was not released";
-        if (again) a.deallocate(again, bytes);
-    }
-}
-
-// The memory-only node of the `memonly` guest (512 MiB) filled to the brim with strict allocations of
-// several sizes: each fill ends in placement_error (ENOMEM) and the process is never killed.
-TEST(heap, near_full_fills_of_the_memory_only_node_throw_never_kill) {
-    const char* layout = std::getenv("NUMAPLACE_GUEST_LAYOUT");
-    if (!layout || std::string(layout) != "memonly") GTEST_SKIP() << "runs in the memonly guest (its node 2)";
-    const auto& topo = topology::get();
-    ASSERT_EQ(topo.size(), 3u);
-    for (std::size_t bytes : {8 * mib, 65536 * std::size_t(1), std::size_t(4096), std::size_t(256)}) {
-        const int code = run_child([bytes] {
-            node_allocator<char> a(2);
-            std::size_t total = 0;
-            try {
-                for (;;) {
-                    char* p = a.allocate(bytes);
-                    memory::touch(p, bytes);
-                    total += bytes;
-                }
-            } catch (const placement_error& e) {
-                if (e.error_number() != ENOMEM) return 2;
-            }
-            std::fprintf(stderr, "filled %zu MiB of node 2 with %zu-byte blocks\n", total / mib, bytes);
-            return total >= 300 * mib ? 0 : 3; // most of the node was usable
-        }, 240);
-        EXPECT_EQ(code, 0) << bytes << " bytes: 2 = wrong errno, 3 = refused too early, 137 = OOM-killed";
-    }
-}
-
 TEST(heap, cross_thread_frees_return_every_block) {
     constexpr int threads = 4, per_thread = 20000;
     std::vector<std::vector<std::pair<char*, std::size_t>>> made(threads);
@@ -581,7 +450,7 @@ TEST(heap, cross_thread_frees_return_every_block) {
 // Gives this thread's cached blocks back to their heaps (a thread has no cache before its first
 // pooled allocation).
 static void flush_this_thread() {
-    if (detail::heap_cache* c = detail::heap_cache::current()) c->flush_all();
+    if (detail::thread_cache* c = detail::thread_cache::current()) c->flush_all();
 }
 
 TEST(heap, mid_size_classes_are_page_runs_at_page_alignment_and_spans_above) {
@@ -778,7 +647,7 @@ TEST(heap, freed_runs_go_back_to_the_kernel_and_a_mid_size_phase_change_reuses_t
         }
         for (char* p : v) a.deallocate(p, 768 * 1024);
         flush_this_thread();
-        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, 0));
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
         if (heap.run_bytes_in_use() != 0) return 4;
         if (heap.run_bytes_dirty() > mib) return 5;
         if (rss() > start + tolerance) {

@@ -1,5 +1,7 @@
 // parallel_for / parallel_reduce / first_touch. Generic over the topology: on the one-node host the node
 // checks are trivially node 0; in the multi-node guests each block must run on its node's CPUs.
+#include <numaplace/allocator.hpp>
+#include <numaplace/arenas.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/where.hpp>
 
@@ -30,6 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+namespace np = numaplace;
 using namespace numaplace;
 
 namespace {
@@ -607,4 +610,48 @@ TEST(parallel_reduce, rows_partition_reduces_over_rows) {
         },
         [](long long a, long long b) { return a + b; });
     EXPECT_EQ(sum, static_cast<long long>(m * (m - 1) / 2));
+}
+
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(parallel_for_attack, loops_from_several_user_threads_and_nested) {
+    constexpr std::size_t n = 20011;
+    std::vector<std::thread> threads;
+    std::atomic<int> bad{0};
+    for (int t = 0; t < 4; ++t)
+        threads.emplace_back([&, t] {
+            for (int rep = 0; rep < 5; ++rep) {
+                const partition<int> p(n + static_cast<std::size_t>(t));
+                std::vector<std::atomic<int>> seen(p.size());
+                np::parallel_for(p, [&](np::subrange r) {
+                    // nested: a small loop inside every subrange stays in this node's arena
+                    np::parallel_for(partition<int>(3), [&](std::size_t) {});
+                    for (std::size_t i = r.begin(); i < r.end(); ++i) seen[i].fetch_add(1);
+                });
+                for (auto& s : seen)
+                    if (s.load() != 1) bad.fetch_add(1);
+                const long long sum = np::parallel_reduce(p, 0LL, [](np::subrange r, long long s) {
+                    for (std::size_t i = r.begin(); i < r.end(); ++i) s += static_cast<long long>(i);
+                    return s;
+                }, std::plus<>());
+                const long long m = static_cast<long long>(p.size());
+                if (sum != m * (m - 1) / 2) bad.fetch_add(1);
+            }
+        });
+    for (auto& th : threads) th.join();
+    EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(parallel_for_attack, exceptions_from_every_block) {
+    const partition<int> p(100000);
+    for (int rep = 0; rep < 10; ++rep) {
+        EXPECT_THROW(np::parallel_for(p, [](np::subrange) { throw std::logic_error("every"); }), std::logic_error);
+        EXPECT_THROW(np::parallel_reduce(p, 0, [](np::subrange, int) -> int { throw std::range_error("r"); },
+                                         std::plus<>()),
+                     std::range_error);
+    }
+    // the machinery still works after
+    std::atomic<std::size_t> count{0};
+    np::parallel_for(p, [&](np::subrange r) { count.fetch_add(r.size()); });
+    EXPECT_EQ(count.load(), p.size());
 }

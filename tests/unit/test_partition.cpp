@@ -1,21 +1,28 @@
-// partition.hpp: the typed, pure, carried split of [0,n) units over nodes. Exact on any topology:
+// partition.hpp and basic_partition.hpp: the typed, pure, carried split of [0,n) units over nodes. Exact on any topology:
 // expectations are computed from the arguments (synthetic/XML topologies, explicit page geometry), and a
 // randomized property test checks 100000 partitions against an independent oracle.
 
+#include <numaplace/basic_partition.hpp>
 #include <numaplace/partition.hpp>
+
+#include <numaplace/parallel_for.hpp>
 #include <numaplace/placement.hpp>
 #include <numaplace/topology.hpp>
 
 #include <gtest/gtest.h>
+
+#include <expect.hpp>
 
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <numeric>
@@ -34,6 +41,11 @@ using numaplace::edge_alignment;
 using numaplace::node_set;
 using numaplace::partition;
 using numaplace::topology;
+using numaplace_test::contains;
+using numaplace_test::expect_invalid;
+using numaplace_test::expect_tiles;
+using numaplace_test::expect_unknown_node;
+namespace np = numaplace;
 
 namespace {
 
@@ -211,6 +223,17 @@ std::string check_against_oracle(const basic_partition& p, const oracle_args& a)
 std::vector<const topology*> all_topologies() {
     return {&topology::get(), &synthetic(2), &synthetic(4), &synthetic(8), &asymmetric()};
 }
+
+int node_count() { return static_cast<int>(topology::get().size()); }
+
+constexpr std::size_t max_size = std::numeric_limits<std::size_t>::max();
+
+struct big_page {
+    char bytes[4096 + 8];
+};
+struct huge_elem {
+    char bytes[(std::size_t(2) << 20) + 64];
+};
 
 } // namespace
 
@@ -553,4 +576,141 @@ TEST(partition, block_value_type) {
     EXPECT_NE(b, (block{3, 10, 30}));
     EXPECT_NE(b, (block{2, 11, 30}));
     EXPECT_NE(b, (block{2, 10, 31}));
+}
+
+TEST(partition, rejects_unknown_ids) {
+    const int n = node_count();
+    expect_unknown_node([&] { numaplace::partition<double> p(100, node_set{0, n}, {}); (void)p; }, n, "partition({0, N})");
+    expect_unknown_node([&] { numaplace::partition<double> p(100, node_set{n + 1}, {1}); (void)p; }, n + 1,
+                        "partition({N+1}, {1})");
+    // against a synthetic topology: its own range
+    const auto two = topology::from_synthetic("pack:2 numa:1 core:2 pu:1");
+    try {
+        numaplace::partition<double> p(100, node_set{0, 2}, {}, numaplace::edge_alignment::page, *two);
+        ADD_FAILURE() << "no exception";
+    } catch (const numaplace::unknown_node& e) {
+        EXPECT_EQ(e.node(), 2);
+        EXPECT_EQ(e.node_count(), 2u);
+        EXPECT_TRUE(contains(e.what(), "0..1")) << e.what();
+    }
+}
+
+TEST(partition, element_size_zero_and_row_length_zero_are_invalid_placement) {
+    expect_invalid([] { numaplace::basic_partition p(100, 0, 1, topology::get().with_cpus(), {}, numaplace::edge_alignment::page,
+                                                     topology::get(), numaplace::page_geometry{}); (void)p; },
+                   "element size", "partition element size 0");
+    expect_invalid([] { (void)numaplace::partition<double>::rows(100, 0); }, "row length 0", "rows partition of row length 0");
+}
+
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(partition_attack, sizes_at_the_edges) {
+    const std::size_t page = np::detail::page_size();
+    for (std::size_t n : {std::size_t(0), std::size_t(1), page / 8 - 1, page / 8, page / 8 + 1, std::size_t(1000003)}) {
+        partition<double> p(n);
+        EXPECT_EQ(p.size(), n);
+        expect_tiles(p);
+        for (std::size_t i : {std::size_t(0), n / 2, n - 1, n, n + 1}) {
+            const np::block b = p.block_of(i);
+            if (i < n) EXPECT_TRUE(b.begin <= i && i < b.end) << n << " " << i;
+            else EXPECT_EQ(b, np::block{});
+        }
+    }
+    // the largest count whose bytes fit; one more overflows
+    EXPECT_NO_THROW(partition<double>(max_size / 8));
+    EXPECT_THROW(partition<double>(max_size / 8 + 1), np::invalid_placement);
+    EXPECT_THROW(partition<double>{max_size}, np::invalid_placement);
+    const partition<char> big(max_size);
+    expect_tiles(big);
+    EXPECT_EQ(big.block_of(max_size - 1).end, max_size);
+}
+
+TEST(partition_attack, rows_at_the_edges) {
+    expect_tiles(partition<double>::rows(0, 100));
+    EXPECT_EQ(partition<double>::rows(0, 100).element_count(), 0u);
+    EXPECT_THROW(partition<double>::rows(10, 0), np::invalid_placement);
+    EXPECT_THROW(partition<double>::rows(10, max_size), np::invalid_placement);
+    EXPECT_THROW(partition<double>::rows(2, max_size / 8), np::invalid_placement); // 2 rows overflow
+    EXPECT_NO_THROW(partition<double>::rows(1, max_size / 8));
+    const auto r = partition<double>::rows(7, 513);
+    expect_tiles(r);
+    expect_tiles(r.elements());
+    EXPECT_EQ(r.elements().size(), 7u * 513u);
+    EXPECT_THROW(r.resized(max_size), np::invalid_placement);
+    EXPECT_THROW(r.elements().resized(max_size), np::invalid_placement);
+}
+
+TEST(partition_attack, huge_element_types) {
+    partition<big_page> a(5);
+    expect_tiles(a);
+    // edges on page boundaries: lcm(4104, page) bytes per step
+    EXPECT_EQ(a.step(), np::detail::page_size() / std::gcd(sizeof(big_page), np::detail::page_size()));
+    partition<huge_elem> h(3);
+    expect_tiles(h);
+}
+
+TEST(partition_attack, weights_with_zeros) {
+    const np::node_set all = np::topology::get().all();
+    std::vector<std::size_t> w(all.size(), 0);
+    EXPECT_THROW(partition<int>(100, all, w), np::invalid_placement);
+    w.back() = 1;
+    const partition<int> last(100000, all, w);
+    expect_tiles(last);
+    EXPECT_EQ(last.block(all.size() - 1).size(), 100000u);
+    EXPECT_EQ(np::partitioned(last).home_node(), all[all.size() - 1]);
+    std::vector<std::size_t> bad(all.size() + 1, 1);
+    EXPECT_THROW(partition<int>(100, all, bad), np::invalid_placement);
+    EXPECT_THROW(partition<int>(100, np::node_set{}, {}), np::invalid_placement);
+    std::vector<std::size_t> maxw(all.size(), max_size);
+    const partition<int> m(12345, all, maxw);
+    expect_tiles(m);
+}
+
+TEST(partition_attack, default_and_moved_from_observers) {
+    partition<double> d;
+    EXPECT_EQ(d.size(), 0u);
+    EXPECT_TRUE(d.empty());
+    EXPECT_EQ(d.block_count(), 0u);
+    EXPECT_TRUE(d.blocks().empty());
+    EXPECT_EQ(d.block_of(0), np::block{});
+    EXPECT_EQ(d.block_on(0).size(), 0u);
+    EXPECT_EQ(d.nodes().size(), 0u);
+    EXPECT_EQ(d.huge_pages(), np::huge_page_advice::none);
+    EXPECT_GE(d.alignment(), 1u);
+    EXPECT_EQ(d.elements(), d);
+    EXPECT_EQ(d.clipped(5), d);
+    EXPECT_EQ(d.resized(0), d);
+    // 10 indexes and no block: a loop would silently visit none of them
+    EXPECT_THROW(d.resized(10), np::invalid_placement);
+    EXPECT_THROW(d.elements().resized(1), np::invalid_placement);
+    EXPECT_THROW(np::partitioned{d}, np::invalid_placement);
+    partition<double> a(100);
+    partition<double> b = std::move(a);
+    EXPECT_EQ(a, b); // moved-from equals source
+    a = a;           // self-assignment
+    EXPECT_EQ(a, b);
+    std::swap(a, d);
+    EXPECT_EQ(d, b);
+    EXPECT_TRUE(a.empty());
+    int calls = 0;
+    np::parallel_for(partition<double>(), [&](np::subrange) { ++calls; });
+    np::parallel_for(partition<double>(0), [&](np::subrange) { ++calls; });
+    EXPECT_EQ(calls, 0);
+    EXPECT_EQ(np::parallel_reduce(partition<double>(), 7, [](np::subrange, int s) { return s + 1; }, std::plus<>()), 7);
+}
+
+TEST(partition_attack, many_threads_intern_the_same_and_distinct_layouts) {
+    const np::node_set nodes = np::topology::get().with_cpus();
+    std::vector<std::thread> threads;
+    std::vector<partition<double>> same(8);
+    for (int t = 0; t < 8; ++t)
+        threads.emplace_back([&, t] {
+            for (std::size_t i = 1; i < 300; ++i) {
+                partition<double> d(1000, nodes, std::vector<std::size_t>(nodes.size(), i * 8 + static_cast<std::size_t>(t)));
+                (void)d;
+            }
+            same[static_cast<std::size_t>(t)] = partition<double>(4242, nodes, std::vector<std::size_t>(nodes.size(), 77777));
+        });
+    for (auto& th : threads) th.join();
+    for (const auto& p : same) EXPECT_EQ(p, same[0]);
 }

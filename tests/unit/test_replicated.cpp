@@ -1,3 +1,4 @@
+#include <numaplace/arenas.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/replicated.hpp>
 #include <numaplace/where.hpp>
@@ -10,7 +11,10 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
+#include <functional>
+#include <limits>
 #include <numeric>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,9 +23,12 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+namespace np = numaplace;
 using namespace numaplace;
 
 namespace {
+constexpr std::size_t max_size = std::numeric_limits<std::size_t>::max();
+
 
 const std::size_t page = detail::page_size();
 
@@ -253,4 +260,49 @@ TEST(replicated, seccomp_eperm_on_mbind_strict_throws_degrading_records_and_fill
         return 93;
     });
     EXPECT_EQ(code, 0);
+}
+
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(replicated_attack, boundaries_and_values) {
+    np::replicated<int> d;
+    EXPECT_EQ(d.copy_for(0), nullptr);
+    EXPECT_EQ(d.local(), nullptr);
+    EXPECT_EQ(d.bytes(), 0u);
+    d.update([](int*, std::size_t) { FAIL(); });
+    std::vector<int> src(1025);
+    std::iota(src.begin(), src.end(), 0);
+    np::replicated<int> r(src);
+    EXPECT_EQ(r.copies().size(), np::topology::get().with_cpus().size());
+    for (const auto& c : r.copies()) EXPECT_TRUE(std::equal(src.begin(), src.end(), c.data));
+    np::replicated<int> m = std::move(r);
+    EXPECT_EQ(r.size(), 0u);
+    EXPECT_EQ(r.copy_for(0), nullptr);
+    m = std::move(m);
+    EXPECT_EQ(m.size(), 1025u);
+    EXPECT_EQ(m.copy_for(0)[1024], 1024);
+    np::replicated<int> z(src.data(), 0);
+    EXPECT_EQ(z.size(), 0u);
+    EXPECT_EQ(z.bytes(), 0u);
+    EXPECT_THROW(np::replicated<int>(src.data(), max_size), std::bad_array_new_length);
+    EXPECT_THROW(np::replicated<int>(nullptr, 10), std::invalid_argument);
+    EXPECT_THROW(np::replicated<int>(src.data(), 10, np::node_set{}), np::invalid_placement);
+    EXPECT_THROW(m.copy_for(-1), np::unknown_node);
+}
+
+TEST(replicated_attack, loop_inside_replicated_update) {
+    std::vector<int> src(50000, 1);
+    np::replicated<int> r(src);
+    r.update([](int* data, std::size_t size) {
+        np::parallel_for(partition<int>(size), [data](std::size_t i) { data[i] = static_cast<int>(i); });
+    });
+    for (const auto& c : r.copies())
+        for (std::size_t i = 0; i < r.size(); ++i) ASSERT_EQ(c.data[i], static_cast<int>(i));
+    // and a replicated built from inside a loop body
+    std::atomic<int> ok{0};
+    np::parallel_for(partition<int>(2), [&](std::size_t) {
+        np::replicated<int> inner(src);
+        if (inner.local() != nullptr && inner.local()[49999] == 1) ok.fetch_add(1);
+    });
+    EXPECT_EQ(ok.load(), 2);
 }

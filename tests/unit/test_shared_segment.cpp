@@ -125,12 +125,17 @@ TEST(shared_segment, layout_rejects_bad_input) {
     EXPECT_THROW(segment_layout(std::vector<segment_part>{}), invalid_placement);
     EXPECT_THROW(segment_layout({{0, 0}}), invalid_placement);
     EXPECT_THROW(segment_layout({{0, 0}, {0, 0}}), invalid_placement);
-    try {
-        segment_layout({{0, 1}, {count, 1}});
-        ADD_FAILURE() << "no throw";
-    } catch (const unknown_node& e) {
-        EXPECT_EQ(e.node(), count);
-        EXPECT_EQ(e.node_count(), topology::get().size());
+    // A node this process cannot see is refused where it would be bound (create), not in the layout:
+    // an opener in another cpuset builds the creator's layout.
+    const segment_layout unseen({{0, 1}, {count, 1}});
+    for (fallback fb : {fallback::strict, fallback::degrade}) {
+        try {
+            shared_segment::create(unseen, fb);
+            ADD_FAILURE() << "no throw";
+        } catch (const unknown_node& e) {
+            EXPECT_EQ(e.node(), count);
+            EXPECT_EQ(e.node_count(), topology::get().size());
+        }
     }
     EXPECT_THROW(segment_layout({{-1, 1}}), unknown_node);
     // sizes: the largest page count a file offset holds fits; one more page, or a sum past it, does not
@@ -300,8 +305,12 @@ TEST(shared_segment, named_create_open_and_unlink) {
 
 TEST(shared_segment, bad_names_and_descriptors) {
     const std::string too_long = "/" + std::string(NAME_MAX, 'x');
-    for (const std::string& name : {std::string(), std::string("/"), std::string("noslash"), std::string("/a/b"), too_long})
+    for (const std::string& name : {std::string(), std::string("/"), std::string("noslash"), std::string("/a/b"), too_long,
+                                    std::string("/."), std::string("/.."), std::string("/a\0b", 4)}) {
         EXPECT_THROW(shared_segment::create(name, notes_layout()), invalid_placement) << name;
+        EXPECT_THROW(shared_segment::open(name, notes_layout()), invalid_placement) << name;
+        EXPECT_THROW(shared_segment::remove(name), invalid_placement) << name;
+    }
     EXPECT_THROW(shared_segment::open("a/b", notes_layout()), invalid_placement);
     EXPECT_THROW(shared_segment::open_fd(-1, notes_layout()), std::system_error);
     // a descriptor of something else (size 0), and a closed one
@@ -310,6 +319,30 @@ TEST(shared_segment, bad_names_and_descriptors) {
     EXPECT_THROW(shared_segment::open_fd(null_fd, notes_layout()), invalid_placement);
     ::close(null_fd);
     EXPECT_THROW(shared_segment::open_fd(null_fd, notes_layout()), std::system_error);
+}
+
+TEST(shared_segment, an_opener_need_not_see_the_creators_nodes) {
+    if (!binding_works()) GTEST_SKIP() << "mbind refused here";
+    const int count = static_cast<int>(topology::get().size());
+    const std::string name = unique_name("unseen");
+    shared_segment created = shared_segment::create(name, segment_layout({{0, 2}, {count - 1, 3}}));
+    // The opener's view: the same page counts, the second part on a node id it does not have.
+    shared_segment opened = shared_segment::open(name, segment_layout({{0, 2}, {count + 5, 3}}));
+    EXPECT_EQ(opened.bytes(), 5 * page);
+    opened.data()[0] = 7;
+    EXPECT_EQ(created.data()[0], 7);
+}
+
+TEST(shared_segment, remove_unlinks_a_segment_left_behind) {
+    const std::string name = unique_name("left");
+    // A creator killed before its destructor ran leaves the name: here, a plain shm_open stands for it.
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    ASSERT_TRUE(shm_exists(name));
+    EXPECT_TRUE(shared_segment::remove(name));
+    EXPECT_FALSE(shm_exists(name));
+    EXPECT_FALSE(shared_segment::remove(name)); // nothing left: false, no throw
 }
 
 TEST(shared_segment, moved_from_is_empty_and_reusable) {
@@ -382,7 +415,8 @@ TEST(shared_segment, strict_throws_and_releases_under_seccomp) {
         if (s.bound() || degradation_count() != before + 1) return 35;
         bool named_in_log = false;
         for (const auto& m : degradations())
-            named_in_log |= m.find("shared_segment: mbind of part 0 refused (errno 1)") != std::string::npos;
+            named_in_log |= m.find("shared_segment: mbind of part 0 to node " + std::to_string(notes_layout().parts()[0].node) +
+                                    " refused (Operation not permitted): left to first touch") != std::string::npos;
         if (!named_in_log) return 36;
         std::memset(s.data(), 3, s.bytes());
         if (s.where().touched() != 10) return 37;
@@ -398,22 +432,37 @@ TEST(shared_segment, a_part_larger_than_its_node) {
     if (n.memory == 0) GTEST_SKIP() << "node memory unknown";
     const std::size_t pages = n.memory / page + 1;
     segment_layout huge({{0, 1}, {n.id, pages}});
+    // Admission counts every part of a node together (here: 1 + pages on one node of a one-node host),
+    // and refuses with ENOMEM for every fallback: a fallback cannot make memory that does not exist.
+    const std::size_t on_node = (n.id == 0 ? 1 + pages : pages) * page;
+    for (fallback fb : {fallback::strict, fallback::degrade}) {
+        const std::size_t fds = open_fds();
+        try {
+            shared_segment::create(huge, fb);
+            ADD_FAILURE() << "no throw";
+        } catch (const placement_error& e) {
+            EXPECT_EQ(e.error_number(), ENOMEM);
+            EXPECT_EQ(e.node(), n.id);
+            EXPECT_EQ(e.bytes(), on_node);
+        }
+        EXPECT_EQ(open_fds(), fds);
+    }
+}
+
+TEST(shared_segment, two_parts_that_fit_alone_but_not_together_are_refused) {
+    const auto& topo = topology::get();
+    const node& n = topo.nodes().back();
+    if (n.memory == 0) GTEST_SKIP() << "node memory unknown";
+    const std::size_t half = n.memory / page / 2 + 16; // each below the node, together above it
+    segment_layout two({{n.id, half}, {n.id, half}});
     try {
-        shared_segment::create(huge);
+        shared_segment::create(two, fallback::degrade);
         ADD_FAILURE() << "no throw";
     } catch (const placement_error& e) {
         EXPECT_EQ(e.error_number(), ENOMEM);
         EXPECT_EQ(e.node(), n.id);
-        EXPECT_EQ(e.bytes(), pages * page);
+        EXPECT_EQ(e.bytes(), 2 * half * page);
     }
-    shared_segment s = shared_segment::create(huge, fallback::degrade);
-    EXPECT_FALSE(s.bound());
-    // part 0 was bound before part 1 was refused; degrading resets the whole segment to first touch
-    int mode = -1;
-    unsigned long mask[16] = {};
-    ASSERT_EQ(::syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, s.data(), 2 /*MPOL_F_ADDR*/), 0);
-    EXPECT_EQ(mode, detail::mpol_default);
-    EXPECT_EQ(s.where(0).untouched, 1u); // mapped, nothing allocated
 }
 
 TEST(shared_segment, mapping_failure_releases_everything) {

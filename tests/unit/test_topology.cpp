@@ -1,6 +1,9 @@
+#include <numaplace/report.hpp>
 #include <numaplace/topology.hpp>
 
 #include <gtest/gtest.h>
+
+#include <expect.hpp>
 
 #include <fstream>
 #include <set>
@@ -13,6 +16,12 @@
 #include <sched.h>
 
 using numaplace::topology;
+using numaplace_test::expect_invalid;
+using numaplace_test::expect_unknown_node;
+
+namespace {
+int node_count() { return static_cast<int>(topology::get().size()); }
+} // namespace
 
 TEST(topology, nodes_have_consecutive_ids_and_distinct_os_indexes) {
     const auto& topo = topology::get();
@@ -148,4 +157,19 @@ TEST(topology, get_is_one_snapshot_shared_by_threads) {
     std::thread t([&] { b = &topology::get(); });
     t.join();
     EXPECT_EQ(a, b);
+}
+
+TEST(topology, lookups_reject_unknown_ids) {
+    const int n = node_count();
+    expect_unknown_node([&] { (void)topology::get().at(n); }, n, "at(N)");
+    expect_unknown_node([&] { (void)topology::get().at(-1); }, -1, "at(-1)");
+    expect_unknown_node([&] { topology::get().check(n); }, n, "check(N)");
+    expect_unknown_node([&] { (void)topology::get().distance(0, n); }, n, "distance(0, N)");
+    expect_unknown_node([&] { (void)topology::get().native_node(n); }, n, "native_node(N)");
+    for (int k = 0; k < n; ++k) EXPECT_EQ(topology::get().at(k).id, k);
+}
+
+TEST(topology, bad_descriptions_are_invalid_placement) {
+    expect_invalid([] { (void)topology::from_synthetic("this is not a topology"); }, "synthetic", "from_synthetic");
+    expect_invalid([] { (void)topology::from_xml("/nonexistent/numaplace/topology.xml"); }, "XML", "from_xml");
 }

@@ -7,14 +7,20 @@
 #include <seccomp.hpp>
 
 #include <cerrno>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
 #include <system_error>
 #include <vector>
 
 #include <sys/mman.h>
 
+namespace np = numaplace;
 using namespace numaplace;
 
 namespace {
+constexpr std::size_t max_size = std::numeric_limits<std::size_t>::max();
+
 std::size_t resident_pages(void* p, std::size_t bytes) {
     const std::size_t page = detail::page_size();
     std::vector<unsigned char> vec((bytes + page - 1) / page);
@@ -125,4 +131,27 @@ TEST(where, query_refused_throws_system_error_with_errno) {
         }
     });
     EXPECT_EQ(code, 0);
+}
+
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(where_attack, ranges_at_the_edges) {
+    const std::size_t page = np::detail::page_size();
+    EXPECT_EQ(np::where(nullptr, 0).pages, 0u);
+    std::vector<char> buf(3 * page);
+    char* p = buf.data();
+    EXPECT_EQ(np::where(p, 1).pages, 1u);
+    const auto* aligned = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page);
+    EXPECT_EQ(np::where(aligned, page).pages, 1u);
+    EXPECT_EQ(np::where(aligned, page + 1).pages, 2u);
+    EXPECT_EQ(np::where(aligned + page - 1, 2).pages, 2u);
+    // a range past the end of the address space: a typed error, not a wrapped-around loop
+    EXPECT_THROW(np::where(aligned, max_size), std::invalid_argument);
+    EXPECT_THROW(np::where(aligned, max_size - 5), std::invalid_argument);
+    EXPECT_THROW(np::locality(reinterpret_cast<const double*>(aligned), max_size / 4, [](std::size_t) { return 0; }),
+                 std::invalid_argument);
+    // an unmapped range: pages counted untouched
+    const np::page_histogram h = np::where(reinterpret_cast<void*>(page * 16), 2 * page);
+    EXPECT_EQ(h.pages, 2u);
+    EXPECT_EQ(h.untouched, 2u);
 }

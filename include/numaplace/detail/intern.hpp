@@ -8,7 +8,7 @@
 // Never freed means a handle stays valid during static destruction and in a moved-from object, and
 // equal content gives equal addresses (== on handles is == on content).
 
-#include "fork_guard.hpp"
+#include "fork.hpp"
 
 #include <cstddef>
 #include <iterator> // before <mutex>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
@@ -19,24 +19,20 @@
 namespace numaplace {
 namespace detail {
 
-// One lock for every state type's registry. Its fork handlers are registered at static initialisation
-// and nothing on the way to a registry waits on a C++ initialisation guard: the lock is
-// constant-initialised and each registry is made under it on first use. (A registry made by a
-// function-local static, installing its handlers from inside the initialiser, could be half-made by one
-// thread while another forks: the child then waits forever on that guard, or on glibc's atfork lock
-// the initialiser needs while the forking thread holds it.)
+// One lock for every state type's registry: constant-initialised, each registry made under it on first
+// use (no C++ initialisation guard on the way; fork hook below, stage intern).
 struct intern_lock {
     std::mutex mutex;
     static intern_lock& instance() noexcept {
         static intern_lock lock; // constant initialisation (std::mutex's constructor is constexpr): no guard
         return lock;
     }
-    static std::mutex& fork_mutex() noexcept { return instance().mutex; }
 };
-struct intern_fork_handlers {
-    intern_fork_handlers() noexcept { fork_guard<intern_lock>::install(); }
-};
-inline const intern_fork_handlers intern_fork_handlers_registered{};
+inline const fork_hook_registration intern_fork{
+    fork_stage::intern,
+    fork_hook{[]() noexcept { intern_lock::instance().mutex.lock(); },
+              []() noexcept { intern_lock::instance().mutex.unlock(); },
+              []() noexcept { remake_unlocked(intern_lock::instance().mutex); }}};
 
 template <class State>
 struct intern_registry {

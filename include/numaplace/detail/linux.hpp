@@ -1,8 +1,12 @@
 #ifndef NUMAPLACE_DETAIL_LINUX_HPP_INCLUDED
 #define NUMAPLACE_DETAIL_LINUX_HPP_INCLUDED
 
-// The Linux system calls numaplace uses, called directly (no libnuma): mbind, move_pages, and small
-// /proc and /sys readers. This and detail/hwloc.hpp are the only platform code.
+/// \file
+/// The platform layer: every system call numaplace makes (mmap, munmap, madvise, mincore, mbind,
+/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate) is a named function
+/// here, called directly (no libnuma), plus small /proc and /sys readers. Each returns 0 or the errno
+/// and never throws: the layers above decide what a refusal means. Nothing else in include/ calls the
+/// kernel (tests/header_deps checks it by grep); hwloc calls live in topology.hpp and arenas.hpp.
 
 #include <atomic>
 #include <cerrno>
@@ -13,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -50,14 +56,14 @@ struct kernel_nodemask {
 };
 
 /// \returns 0 or the errno of `mbind(2)`.
-inline int sys_mbind(void* addr, std::size_t len, int mode, const kernel_nodemask& mask, unsigned flags) noexcept {
+inline int os_mbind(void* addr, std::size_t len, int mode, const kernel_nodemask& mask, unsigned flags) noexcept {
     long r = ::syscall(SYS_mbind, addr, len, mode, mask.data(), mask.data() ? mask.maxnode() : 0ul, flags);
     return r == 0 ? 0 : errno;
 }
 
 /// Queries (never moves, never faults in) the nodes of `count` pages: `status[i]` is the OS node or a
 /// negative errno (`-ENOENT`: not present). \returns 0 or errno.
-inline int sys_move_pages_query(unsigned long count, void** pages, int* status) noexcept {
+inline int os_query_pages(unsigned long count, void** pages, int* status) noexcept {
     long r = ::syscall(SYS_move_pages, 0, count, pages, nullptr, status, 0);
     return r < 0 ? errno : 0;
 }
@@ -67,9 +73,130 @@ inline int sys_move_pages_query(unsigned long count, void** pages, int* status) 
 /// -ENOMEM, -ENOENT: not present, -EFAULT: not mapped or the zero page).
 /// \returns 0; a positive count of pages the kernel failed to migrate (their and later statuses are then
 /// not written); or -errno when the whole call was refused (EPERM under seccomp, ENODEV, E2BIG, ...).
-inline long sys_move_pages(unsigned long count, void** pages, const int* nodes, int* status) noexcept {
+inline long os_move_pages(unsigned long count, void** pages, const int* nodes, int* status) noexcept {
     long r = ::syscall(SYS_move_pages, 0, count, pages, nodes, status, mpol_mf_move);
     return r < 0 ? -static_cast<long>(errno) : r;
+}
+
+/// \effects reads the calling thread's memory policy into `mode` and `mask` (whose words must be sized
+/// for the nodes asked about). \returns 0 or errno.
+inline int os_get_mempolicy(int& mode, kernel_nodemask& mask) noexcept {
+    long r = ::syscall(SYS_get_mempolicy, &mode, mask.words.data(), mask.maxnode() - 1, nullptr, 0ul);
+    return r == 0 ? 0 : errno;
+}
+
+/// \effects sets the calling thread's memory policy (`mpol_default` with an empty mask clears it).
+/// \returns 0 or errno.
+inline int os_set_mempolicy(int mode, const kernel_nodemask& mask) noexcept {
+    long r = ::syscall(SYS_set_mempolicy, mode, mask.data(), mask.data() ? mask.maxnode() : 0ul);
+    return r == 0 ? 0 : errno;
+}
+
+/// \effects maps `length` bytes of private anonymous memory, reserving no swap (MAP_NORESERVE).
+/// \returns 0 and the start in `out`, or the errno of mmap (`out` null).
+inline int os_map_anonymous(std::size_t length, void*& out) noexcept {
+    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    out = p == MAP_FAILED ? nullptr : p;
+    return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
+}
+
+/// \effects maps `length` bytes of the file `fd` shared and read-write from offset 0.
+/// \returns 0 and the start in `out`, or the errno of mmap (`out` null).
+inline int os_map_shared(int fd, std::size_t length, void*& out) noexcept {
+    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    out = p == MAP_FAILED ? nullptr : p;
+    return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
+}
+
+/// \effects unmaps [p, p+length). \returns 0 or errno (ENOMEM: unmapping the middle of a mapping
+/// would exceed vm.max_map_count; the range then stays mapped).
+inline int os_unmap(void* p, std::size_t length) noexcept { return ::munmap(p, length) == 0 ? 0 : errno; }
+
+/// What `os_advise` tells the kernel about a page range.
+enum class page_advice : int {
+    dont_need = MADV_DONTNEED,      ///< drop the pages (anonymous private: zero-filled on next touch)
+    no_huge_pages = MADV_NOHUGEPAGE, ///< no transparent huge page here
+    huge_pages = MADV_HUGEPAGE,      ///< transparent huge pages wanted (THP "madvise" mode)
+    cold = MADV_COLD,                ///< deactivate (also splits a huge page that straddles the edge)
+    random = MADV_RANDOM             ///< no read-ahead
+};
+
+/// \effects `madvise(p, length, advice)`. \returns 0 or errno.
+inline int os_advise(void* p, std::size_t length, page_advice advice) noexcept {
+    return ::madvise(p, length, static_cast<int>(advice)) == 0 ? 0 : errno;
+}
+
+/// \effects `mincore`: bit 0 of `vec[i]` tells whether page i of [p, p+length) is resident.
+/// \returns 0 or errno (ENOMEM: part of the range is not mapped).
+inline int os_resident(const void* p, std::size_t length, unsigned char* vec) noexcept {
+    return ::mincore(const_cast<void*>(p), length, vec) == 0 ? 0 : errno;
+}
+
+/// \returns a new anonymous memory file (close-on-exec), or -errno.
+inline int os_memfd(const char* name) noexcept {
+    long r = ::syscall(SYS_memfd_create, name, MFD_CLOEXEC);
+    return r < 0 ? -errno : static_cast<int>(r);
+}
+
+/// \returns the POSIX shared memory object `name` opened read-write (created, exclusively, with mode
+/// 0600 when `create`), close-on-exec; or -errno.
+inline int os_shm_open(const char* name, bool create) noexcept {
+    const int fd = create ? ::shm_open(name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600)
+                          : ::shm_open(name, O_RDWR | O_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
+/// \effects removes the name of a POSIX shared memory object. \returns 0 or errno.
+inline int os_shm_unlink(const char* name) noexcept { return ::shm_unlink(name) == 0 ? 0 : errno; }
+
+/// \effects sets the size of the file `fd`. \returns 0 or errno.
+inline int os_resize(int fd, std::size_t bytes) noexcept {
+    return ::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+}
+
+/// \returns 0 and the size of the file `fd` in `bytes`, or errno.
+inline int os_file_size(int fd, std::size_t& bytes) noexcept {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return errno;
+    bytes = static_cast<std::size_t>(st.st_size);
+    return 0;
+}
+
+/// What the kernel lets this process do with memory policies and page queries, probed on one page of
+/// its own (mapped, bound, queried, unmapped; nothing else changes).
+struct policy_probe {
+    bool mapped = false;              ///< the probe page could be mapped (else nothing below was tried)
+    int bind_errno = 0;               ///< mbind(MPOL_BIND): 0 or why not
+    bool preferred_many = false;      ///< MPOL_PREFERRED_MANY accepted
+    bool weighted_interleave = false; ///< MPOL_WEIGHTED_INTERLEAVE accepted
+    bool numa_balancing_bind = false; ///< MPOL_BIND | MPOL_F_NUMA_BALANCING accepted
+    int query_errno = 0;              ///< move_pages query: 0 or why not
+};
+
+/// \returns what binding to OS node `os_node` and querying pages can do here.
+inline policy_probe os_probe_policies(unsigned os_node) noexcept {
+    policy_probe r;
+    const long page = ::sysconf(_SC_PAGESIZE);
+    const std::size_t bytes = page > 0 ? static_cast<std::size_t>(page) : 4096u;
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return r;
+    r.mapped = true;
+    try {
+        kernel_nodemask mask;
+        mask.set(os_node);
+        r.bind_errno = os_mbind(p, bytes, mpol_bind, mask, 0);
+        r.preferred_many = os_mbind(p, bytes, mpol_preferred_many, mask, 0) == 0;
+        r.weighted_interleave = os_mbind(p, bytes, mpol_weighted_interleave, mask, 0) == 0;
+        r.numa_balancing_bind = os_mbind(p, bytes, mpol_bind | mpol_f_numa_balancing, mask, 0) == 0;
+        os_mbind(p, bytes, mpol_default, kernel_nodemask{}, 0);
+    } catch (...) { // the mask's vector could not grow: binding untested, reported as refused
+        r.bind_errno = ENOMEM;
+    }
+    void* pages[1] = {p};
+    int status[1] = {0};
+    r.query_errno = os_query_pages(1, pages, status);
+    ::munmap(p, bytes);
+    return r;
 }
 
 // The two sizes below are cached in constant-initialised atomics, not function-local statics: a C++

@@ -107,7 +107,7 @@ char* map_serially_initialised(bind how) {
         detail::kernel_nodemask mask;
         mask.set(0);
         mask.set(1);
-        EXPECT_EQ(detail::sys_mbind(m, bytes, detail::mpol_bind, mask, 0), 0);
+        EXPECT_EQ(detail::os_mbind(m, bytes, detail::mpol_bind, mask, 0), 0);
     }
     std::thread([m] {
         pin(0);

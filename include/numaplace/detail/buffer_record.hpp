@@ -1,11 +1,11 @@
-#ifndef NUMAPLACE_DETAIL_PLACED_HPP_INCLUDED
-#define NUMAPLACE_DETAIL_PLACED_HPP_INCLUDED
+#ifndef NUMAPLACE_DETAIL_BUFFER_RECORD_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_BUFFER_RECORD_HPP_INCLUDED
 
 // The record of partitioned buffers: every mapping `partitioned::apply` placed, keyed by its start, with
 // the partition layout its pages follow. `replace(container, partition)` changes a buffer's layout here,
 // and `partition_of(container)` reads it, so the loop follows the pages after a re-placement (the
 // container's allocator still names the layout it allocated with). `memory::unmap` forgets a buffer
-// through `memory::detail::unmap_observer`, which the record sets when it is created: every path that
+// through `detail::unmap_observer`, which the record sets when it is created: every path that
 // unmaps a placed buffer goes through `memory::unmap`, and memory.hpp (the mechanism, below partitions)
 // need not know what is recorded. `partitioned::apply` forgets whatever overlapped a fresh mapping (an
 // address reused). Raw-range `replace` refuses ranges that overlap a recorded buffer (only the container
@@ -14,7 +14,7 @@
 
 #include "../memory.hpp"
 #include "../partition.hpp"
-#include "fork_guard.hpp"
+#include "fork.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -37,12 +37,11 @@ public:
     static placed_buffers& instance() {
         // never destroyed: usable during static destruction; fork-safe (handlers below). Subscribed to
         // unmap before anything is recorded, so no recorded buffer is unmapped unseen.
-        static placed_buffers* record = [] {
+        return cell().get([] {
             auto* r = new placed_buffers;
-            memory::detail::unmap_observer.store(&unmapped, std::memory_order_release);
+            unmap_observer.store(&unmapped, std::memory_order_release);
             return r;
-        }();
-        return *record;
+        });
     }
 
     /// \effects records the fresh mapping [p, p + bytes) placed by `layout`, forgetting any overlapped one.
@@ -102,21 +101,35 @@ private:
         while (it != map_.end() && it->first < e) it = map_.erase(it);
     }
 
-    friend struct fork_guard<placed_buffers>;
-    static std::shared_mutex& fork_mutex() { return instance().mutex; } // made first (see fork_guard.hpp)
+public:
+    static lazy_global<placed_buffers>& cell() noexcept {
+        static lazy_global<placed_buffers> c; // constant-initialised: no guard
+        return c;
+    }
+    // Fork hooks (stage placed_record, after the heaps' gates: a thread inside a gate may unmap, which
+    // takes this lock): nobody makes the record or holds its lock during fork.
+    static void fork_prepare() noexcept {
+        cell().fork_prepare();
+        if (auto* r = cell().peek()) r->mutex.lock();
+    }
+    static void fork_parent() noexcept {
+        if (auto* r = cell().peek()) r->mutex.unlock();
+        cell().fork_parent();
+    }
+    static void fork_child() noexcept {
+        if (auto* r = cell().peek()) remake_unlocked(r->mutex);
+        cell().fork_child();
+    }
+
+private:
     mutable std::shared_mutex mutex;
     std::map<std::uintptr_t, entry> map_;
     std::atomic<std::size_t> size_{0};
 };
 
-// Fork handlers registered at static initialisation, before the small-object heap's (detail/heap.hpp
-// includes this header, through placement.hpp, before its own): prepare handlers run in reverse order,
-// so the heap's fork gates close first (a thread inside a heap gate may unmap, which takes this record's
-// lock), then this lock.
-struct placed_buffers_fork_handlers {
-    placed_buffers_fork_handlers() noexcept { fork_guard<placed_buffers>::install(); }
-};
-inline const placed_buffers_fork_handlers placed_buffers_fork_handlers_registered{};
+inline const fork_hook_registration placed_buffers_fork{
+    fork_stage::placed_record,
+    fork_hook{&placed_buffers::fork_prepare, &placed_buffers::fork_parent, &placed_buffers::fork_child}};
 
 /// \returns the split `for_bytes(bytes)` of the layout the buffer at `data` follows: a re-placement's if
 /// `replace` changed it (and the buffer still has `bytes`), otherwise `allocated` (the allocator's split).

@@ -1,0 +1,373 @@
+#ifndef NUMAPLACE_BASIC_PARTITION_HPP_INCLUDED
+#define NUMAPLACE_BASIC_PARTITION_HPP_INCLUDED
+
+/// \file
+/// The untyped partition (`basic_partition`) and the values it is made of: blocks, page geometry, edge
+/// alignment, and the interned layout. `partition<T>` (partition.hpp) is the typed face over it; see
+/// docs/partition.md for the index space, purity, growth and edge rules.
+
+#include "detail/config.hpp"
+#include "detail/fork.hpp"
+#include "detail/intern.hpp"
+#include "detail/linux.hpp"
+#include "error.hpp"
+#include "topology.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+#include <new>
+#include <numeric>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+namespace numaplace {
+
+/// Block `k` of a partition: the indexes [begin, end) placed on and computed on `node`.
+struct block {
+    int node = -1;
+    std::size_t begin = 0;
+    std::size_t end = 0;
+    std::size_t size() const noexcept { return end - begin; }
+    bool empty() const noexcept { return begin == end; }
+    friend bool operator==(const block& a, const block& b) noexcept {
+        return a.node == b.node && a.begin == b.begin && a.end == b.end;
+    }
+    friend bool operator!=(const block& a, const block& b) noexcept { return !(a == b); }
+};
+
+/// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
+enum class thp_mode { never, madvise, always };
+
+/// The page sizes and THP mode a partition is split for: an input, never read while splitting.
+struct page_geometry {
+    std::size_t page = 4096;                ///< small page bytes (a power of two)
+    std::size_t huge = std::size_t(2) << 20; ///< THP (PMD) huge page bytes (a power of two multiple of page)
+    thp_mode thp = thp_mode::never;
+
+    /// \returns the geometry of `topo`: for the running system its page size, THP huge page size and THP
+    /// mode; for a synthetic or XML topology the defaults {4096, 2 MiB, never}.
+    static page_geometry of(const topology& topo) {
+        page_geometry g;
+        if (!topo.is_this_system()) return g;
+        g.page = detail::page_size();
+        g.huge = detail::huge_page_size();
+        const std::string& t = topo.capabilities().thp;
+        g.thp = t == "always" ? thp_mode::always : t == "madvise" ? thp_mode::madvise : thp_mode::never;
+        return g;
+    }
+    friend bool operator==(const page_geometry& a, const page_geometry& b) noexcept {
+        return a.page == b.page && a.huge == b.huge && a.thp == b.thp;
+    }
+    friend bool operator!=(const page_geometry& a, const page_geometry& b) noexcept { return !(a == b); }
+    friend bool operator<(const page_geometry& a, const page_geometry& b) noexcept {
+        return std::tie(a.page, a.huge, a.thp) < std::tie(b.page, b.huge, b.thp);
+    }
+};
+
+/// Where block edges may fall.
+enum class edge_alignment {
+    /// Huge-page edges when THP is `always` or `madvise` (geometry) and the smallest non-empty block still
+    /// spans at least eight edge steps (a step is lcm(unit bytes, huge page) bytes); small-page edges
+    /// otherwise. Why: a huge page straddling two blocks is faulted in whole by whichever block touches it
+    /// first, landing all its small pages on one node. Huge edges keep the TLB benefit of THP for large
+    /// arrays (an edge moves by less than one step, < 1/8 of a block); small edges keep small arrays
+    /// balanced, and the placement then keeps huge pages off the range (MADV_NOHUGEPAGE).
+    automatic,
+    page, ///< edges on small-page boundaries
+    huge  ///< edges on huge-page boundaries
+};
+
+/// What a partitioned range needs from THP for its edges to hold (see `basic_partition::huge_pages`).
+enum class huge_page_advice {
+    none,   ///< nothing: THP is off, or `always` and the edges are huge-page aligned
+    forbid, ///< MADV_NOHUGEPAGE: THP is on and the edges are only small-page aligned
+    request ///< MADV_HUGEPAGE: THP is `madvise` and the edges are huge-page aligned (blocks get huge pages)
+};
+
+namespace detail {
+
+
+/// The immutable, interned part of a partition. Ordered by content (the registry key); `prefix` and
+/// `smallest_weight` are derived from `weights`.
+struct partition_layout {
+    std::size_t element_size = 1;
+    std::size_t row_length = 1; // elements per unit
+    std::size_t unit_bytes = 1;
+    edge_alignment edges = edge_alignment::page;
+    page_geometry geometry;
+    node_set nodes;
+    std::vector<std::size_t> weights;
+    std::vector<wide_uint> prefix; // prefix[k] = weights[0] + ... + weights[k-1]; nodes.size() + 1 entries
+    std::size_t smallest_weight = 0; // smallest non-zero weight
+
+    friend bool operator<(const partition_layout& a, const partition_layout& b) noexcept {
+        return std::tie(a.element_size, a.row_length, a.edges, a.geometry, a.nodes.ids(), a.weights) <
+               std::tie(b.element_size, b.row_length, b.edges, b.geometry, b.nodes.ids(), b.weights);
+    }
+
+    wide_uint total() const noexcept { return prefix.empty() ? 0 : prefix.back(); }
+
+    /// \returns the edge alignment in bytes for a split of `units` units.
+    std::size_t alignment_for(std::size_t units) const noexcept {
+        switch (edges) {
+        case edge_alignment::page: return geometry.page;
+        case edge_alignment::huge: return geometry.huge;
+        case edge_alignment::automatic: break;
+        }
+        if (geometry.thp == thp_mode::never || total() == 0) return geometry.page;
+        // smallest block bytes = bytes * smallest / total >= 8 steps (long double: only a threshold)
+        const std::size_t h = geometry.huge;
+        const long double step = static_cast<long double>(unit_bytes / std::gcd(unit_bytes, h)) * static_cast<long double>(h);
+        const long double lhs = static_cast<long double>(units) * static_cast<long double>(unit_bytes) *
+                                static_cast<long double>(smallest_weight);
+        return lhs >= 8.0L * step * static_cast<long double>(total()) ? h : geometry.page;
+    }
+    /// \returns the edge step in units: the fewest units spanning whole alignment units.
+    std::size_t step_for(std::size_t units) const noexcept {
+        const std::size_t a = alignment_for(units);
+        return a / std::gcd(unit_bytes, a);
+    }
+};
+
+// The layout of every empty partition: made in static storage without allocating, never destroyed
+// (valid during static destruction), without a C++ initialisation guard (fork hook: stage empty_layout).
+inline lazy_global<const partition_layout>& empty_layout_cell() noexcept {
+    static lazy_global<const partition_layout> cell; // constant-initialised: no guard
+    return cell;
+}
+inline const partition_layout& empty_layout() noexcept {
+    return empty_layout_cell().get([] {
+        alignas(partition_layout) static unsigned char storage[sizeof(partition_layout)];
+        return ::new (static_cast<void*>(storage)) partition_layout();
+    });
+}
+inline const fork_hook_registration empty_layout_fork{
+    fork_stage::empty_layout, fork_hook{[]() noexcept { empty_layout_cell().fork_prepare(); },
+                                        []() noexcept { empty_layout_cell().fork_parent(); },
+                                        []() noexcept { empty_layout_cell().fork_child(); }}};
+
+/// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
+inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {
+    if ((c >> 64) == 0) return static_cast<std::size_t>(static_cast<wide_uint>(a) * b / c);
+    // Shift-and-add over the bits of a, keeping q = floor(a' * b / c) and r = a' * b mod c (< c).
+    wide_uint q = 0, r = 0;
+    for (int bit = 63; bit >= 0; --bit) {
+        q <<= 1;
+        r <<= 1; // < 2c < 2^128
+        if (r >= c) { r -= c; q += 1; }
+        if ((a >> bit) & 1u) {
+            r += b; // < 2c
+            if (r >= c) { r -= c; q += 1; }
+        }
+    }
+    return static_cast<std::size_t>(q);
+}
+
+} // namespace detail
+
+/// The untyped partition: a handle (layout, unit count, clip) whose units are `unit_bytes()` bytes. It
+/// is what `partition<T>` is made of and what the placement and the loop machinery work on; user code
+/// normally uses `partition<T>`. Trivially copyable; a moved-from or default-constructed one is valid.
+class basic_partition {
+public:
+    /// An empty partition: no node, no block, size 0.
+    basic_partition() noexcept : layout_(&detail::empty_layout()) {}
+
+    /// \effects splits `n` units of `row_length` elements of `element_size` bytes over `nodes` with
+    /// `weights` (empty: cores per node of `topo`), edges per `edges` and `geometry`.
+    /// \throws unknown_node for a node not in `topo`; invalid_placement (saying why) for an empty node
+    /// set, a weight count that does not match, all-zero weights, element size or row length 0,
+    /// n × row_length × element_size beyond SIZE_MAX, or a geometry whose sizes are not powers of two
+    /// with huge >= page.
+    basic_partition(std::size_t n, std::size_t element_size, std::size_t row_length, const node_set& nodes,
+                    std::vector<std::size_t> weights, edge_alignment edges, const topology& topo,
+                    const page_geometry& geometry)
+        : basic_partition() {
+        topo.check(nodes);
+        if (weights.empty()) weights = core_weights(topo, nodes);
+        if (weights.size() != nodes.size())
+            detail::throw_invalid("partition: " + std::to_string(weights.size()) + " weights for " +
+                                  std::to_string(nodes.size()) + " nodes");
+        if (element_size == 0) detail::throw_invalid("partition: element size 0");
+        if (row_length == 0) detail::throw_invalid("partition: row length 0");
+        constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+        if (row_length > max / element_size)
+            detail::throw_invalid("partition: row of " + std::to_string(row_length) + " elements of " +
+                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
+        const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
+        if (!pow2(geometry.page) || !pow2(geometry.huge) || geometry.huge < geometry.page)
+            detail::throw_invalid("partition: page geometry (page " + std::to_string(geometry.page) + ", huge " +
+                                  std::to_string(geometry.huge) + ") needs powers of two with huge >= page");
+        detail::partition_layout l;
+        l.element_size = element_size;
+        l.row_length = row_length;
+        l.unit_bytes = element_size * row_length;
+        l.edges = edges;
+        l.geometry = geometry;
+        l.nodes = nodes;
+        l.prefix.assign(1, 0);
+        for (std::size_t w : weights) {
+            l.prefix.push_back(l.prefix.back() + w); // < nodes * 2^64: no overflow in 128 bits
+            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
+        }
+        if (l.total() == 0) detail::throw_invalid("partition: all weights are zero (memory-only nodes have no cores)");
+        l.weights = std::move(weights);
+        check_bytes(n, l.unit_bytes);
+        layout_ = detail::intern(std::move(l));
+        units_ = count_ = n;
+    }
+
+    /// \returns the number of indexes (units, or elements for an `elements()` view), clipped.
+    std::size_t size() const noexcept { return count_; }
+    bool empty() const noexcept { return count_ == 0; }
+    /// \returns the number of units the split is made for (a container's capacity in units).
+    std::size_t units() const noexcept { return units_; }
+    /// \returns whether indexes are elements of a rows layout (an `elements()` view of a rows partition).
+    bool indexes_elements() const noexcept { return elements_; }
+    /// \returns the bytes of one element.
+    std::size_t element_size() const noexcept { return layout_->element_size; }
+    /// \returns elements per index: the layout's row length, or 1 for an element view.
+    std::size_t row_length() const noexcept { return elements_ ? 1 : layout_->row_length; }
+    /// \returns elements per unit of the layout (1 for element partitions), in either view.
+    std::size_t unit_length() const noexcept { return layout_->row_length; }
+    /// \returns the bytes of one unit (element size × layout row length).
+    std::size_t unit_bytes() const noexcept { return layout_->unit_bytes; }
+    /// \returns the number of elements the indexes cover (size() × row_length()).
+    std::size_t element_count() const noexcept { return elements_ ? count_ : count_ * layout_->row_length; }
+    /// \returns the byte alignment of every inner block edge (a page or a huge page of `geometry()`).
+    std::size_t alignment() const noexcept { return layout_->alignment_for(units_); }
+    /// \returns the edge step in units (step() × unit_bytes() = lcm(unit_bytes(), alignment())).
+    std::size_t step() const noexcept { return layout_->step_for(units_); }
+    /// \returns what the range needs from THP for the edges to hold (see `huge_page_advice`).
+    huge_page_advice huge_pages() const noexcept {
+        const auto& g = layout_->geometry;
+        if (g.thp == thp_mode::never || layout_->nodes.empty()) return huge_page_advice::none;
+        if (alignment() < g.huge) return huge_page_advice::forbid;
+        return g.thp == thp_mode::madvise ? huge_page_advice::request : huge_page_advice::none;
+    }
+    const page_geometry& geometry() const noexcept { return layout_->geometry; }
+    edge_alignment edge_policy() const noexcept { return layout_->edges; }
+    const node_set& nodes() const noexcept { return layout_->nodes; }
+    const std::vector<std::size_t>& weights() const noexcept { return layout_->weights; }
+
+    /// \returns the number of blocks: one per node of `nodes()` (some may be empty).
+    std::size_t block_count() const noexcept { return layout_->nodes.size(); }
+    /// \returns block `k` (< block_count()) in this partition's indexes, clipped to size().
+    numaplace::block block(std::size_t k) const noexcept {
+        std::size_t b = unit_edge(k), e = unit_edge(k + 1);
+        if (elements_) {
+            b *= layout_->row_length; // cannot overflow: units_ * unit_bytes fits in size_t
+            e *= layout_->row_length;
+        }
+        return numaplace::block{layout_->nodes[k], std::min(b, count_), std::min(e, count_)};
+    }
+    /// \returns every block, in node order.
+    std::vector<numaplace::block> blocks() const {
+        std::vector<numaplace::block> v;
+        v.reserve(block_count());
+        for (std::size_t k = 0; k < block_count(); ++k) v.push_back(block(k));
+        return v;
+    }
+    /// \returns the block that contains `index` (< size()); an empty block of node -1 otherwise.
+    numaplace::block block_of(std::size_t index) const noexcept {
+        if (index >= count_) return numaplace::block{};
+        std::size_t lo = 0, hi = block_count(); // the first k with block(k).end > index
+        while (lo < hi) {
+            const std::size_t mid = lo + (hi - lo) / 2;
+            if (block(mid).end <= index) lo = mid + 1;
+            else hi = mid;
+        }
+        return block(lo);
+    }
+    /// \returns the block of `node_id`, empty if the node is not part of the partition.
+    numaplace::block block_on(int node_id) const noexcept {
+        for (std::size_t k = 0; k < block_count(); ++k)
+            if (layout_->nodes[k] == node_id) return block(k);
+        return numaplace::block{node_id, 0, 0};
+    }
+
+    /// \returns the same layout split for `m` indexes (units; elements for an element view, then split as
+    /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes, or
+    /// for m > 0 on an empty (default-constructed) partition: it has no node to put the indexes on.
+    basic_partition resized(std::size_t m) const {
+        if (m != 0 && layout_->nodes.empty())
+            detail::throw_invalid("partition: resized(" + std::to_string(m) + ") of an empty partition (no node)");
+        basic_partition p = *this;
+        p.units_ = elements_ ? m / layout_->row_length + (m % layout_->row_length != 0) : m;
+        check_bytes(p.units_, layout_->unit_bytes);
+        p.count_ = m;
+        return p;
+    }
+    /// \returns the same blocks (same split, same edges) cut at `m` indexes: indexes at or past `m` are
+    /// dropped. No effect when m >= size().
+    basic_partition clipped(std::size_t m) const noexcept {
+        basic_partition p = *this;
+        p.count_ = std::min(m, count_);
+        return p;
+    }
+    /// \returns the same blocks over element indexes: block k covers elements [b × row_length, e × row_length)
+    /// of its units [b, e). Itself for an element view.
+    basic_partition elements() const noexcept {
+        basic_partition p = *this;
+        if (!elements_ && layout_->row_length != 1) {
+            p.elements_ = true;
+            p.count_ = count_ * layout_->row_length;
+        }
+        return p;
+    }
+    /// \returns the split of an allocation of `bytes`: ceil(bytes / unit_bytes()) units, unit indexes.
+    basic_partition for_bytes(std::size_t bytes) const noexcept {
+        basic_partition p = *this;
+        p.elements_ = false;
+        p.units_ = p.count_ = bytes / layout_->unit_bytes + (bytes % layout_->unit_bytes != 0);
+        return p;
+    }
+    /// \returns whether both use the same layout (same nodes, weights, unit, geometry, edge policy).
+    bool same_layout(const basic_partition& other) const noexcept { return layout_ == other.layout_; }
+
+    /// Equal: same layout, same split, same clip, same kind of index.
+    friend bool operator==(const basic_partition& a, const basic_partition& b) noexcept {
+        return a.layout_ == b.layout_ && a.units_ == b.units_ && a.count_ == b.count_ && a.elements_ == b.elements_;
+    }
+    friend bool operator!=(const basic_partition& a, const basic_partition& b) noexcept { return !(a == b); }
+
+    /// \returns cores per node of `nodes` (0 for memory-only nodes).
+    static std::vector<std::size_t> core_weights(const topology& topo, const node_set& nodes) {
+        std::vector<std::size_t> w;
+        for (int id : nodes) w.push_back(topo.at(id).cores);
+        return w;
+    }
+
+private:
+    static void check_bytes(std::size_t units, std::size_t unit_bytes) {
+        if (unit_bytes != 0 && units > std::numeric_limits<std::size_t>::max() / unit_bytes)
+            detail::throw_invalid("partition: " + std::to_string(units) + " units of " + std::to_string(unit_bytes) +
+                                  " bytes exceed SIZE_MAX bytes");
+    }
+    // Edge k (0..block_count()) in units of the split of units_: the exact cumulative weighted share,
+    // rounded down to a step; units_ once the cumulative weight is complete (so trailing zero-weight
+    // blocks are empty and the last weighted block takes the partial step at the end).
+    std::size_t unit_edge(std::size_t k) const noexcept {
+        const auto& l = *layout_;
+        if (k >= l.nodes.size() || l.prefix[k] == l.total()) return units_;
+        const std::size_t exact = detail::mul_div(units_, l.prefix[k], l.total());
+        const std::size_t step = l.step_for(units_);
+        return exact / step * step;
+    }
+
+    const detail::partition_layout* layout_;
+    std::size_t units_ = 0;
+    std::size_t count_ = 0;
+    bool elements_ = false;
+};
+
+static_assert(std::is_trivially_copyable<basic_partition>::value, "partition handles are trivially copyable");
+static_assert(std::is_nothrow_copy_constructible<basic_partition>::value, "");
+
+} // namespace numaplace
+
+#endif

@@ -1,0 +1,130 @@
+#ifndef NUMAPLACE_DETAIL_HEAP_NODE_HEAP_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_HEAP_NODE_HEAP_HPP_INCLUDED
+
+/// \file
+/// The central heap of one node and source: its spans and its page runs behind one fork gate, and the
+/// one way they get new memory (mapped, then placed by `detail::place`: admitted, bound, strict or
+/// degrading as the source says). Design: docs/heap.md.
+
+#include "../../error.hpp"
+#include "../../memory.hpp"
+#include "../../place.hpp"
+#include "../../topology.hpp"
+#include "run_heap.hpp"
+#include "size_classes.hpp"
+#include "span.hpp"
+#include "span_heap.hpp"
+
+#include <cstddef>
+
+#include <pthread.h>
+
+namespace numaplace {
+namespace detail {
+
+/// Which policy a heap's memory gets on its node, and what a refused binding does.
+struct heap_source {
+    bool prefer; ///< MPOL_PREFERRED to the node, else MPOL_BIND
+    fallback fb; ///< strict: every span and region bound, or placement_error; degrade: else first touch, recorded
+
+    memory::policy_mode mode() const noexcept { return prefer ? memory::policy_mode::preferred : memory::policy_mode::bind; }
+    /// \returns this source's index among a node's heaps, in [0, heap_sources).
+    constexpr std::size_t index() const noexcept { return (prefer ? 2u : 0u) + (fb == fallback::degrade ? 1u : 0u); }
+    /// \returns the source of index `i` (< heap_sources).
+    static constexpr heap_source at(std::size_t i) noexcept { return {i >= 2, i % 2 != 0 ? fallback::degrade : fallback::strict}; }
+};
+/// Heaps per node: bind-strict, bind-degrading, prefer-strict, prefer-degrading.
+constexpr std::size_t heap_sources = 4;
+
+/// \returns the index of the heap of `node` and `source` (see heap_registry::at).
+inline std::size_t heap_index(int node, heap_source source) noexcept {
+    return static_cast<std::size_t>(node) * heap_sources + source.index();
+}
+
+/// The central heap of one node and source.
+class node_heap {
+public:
+    node_heap(int node, heap_source source) : node_(node), source_(source) { init_gate(); }
+    node_heap(const node_heap&) = delete;
+    node_heap& operator=(const node_heap&) = delete;
+
+    /// \effects hands out up to `want` (>= 1) blocks of slot `slot` (see heap_slot) as a list in `head`.
+    /// \returns how many (at least one). \throws placement_error when new memory is needed and cannot
+    /// be had (no memory on the node; a strict heap whose binding the kernel refuses).
+    std::size_t take(std::size_t slot, std::size_t want, heap_block*& head) {
+        gate_pass pass(fork_gate_);
+        const auto map = [this](std::size_t bytes, std::size_t size, bool& bound) { return map_bound(bytes, size, bound); };
+        if (slot >= heap_class_count) return runs_.take(slot - heap_class_count, want, head, map);
+        return spans_.take(slot, want, head, map);
+    }
+
+    /// \effects takes back a null-terminated list of slot `slot`; memory left empty goes back to the
+    /// kernel or to the bounded caches. Never allocates.
+    void give(std::size_t slot, heap_block* list) noexcept {
+        gate_pass pass(fork_gate_);
+        if (slot >= heap_class_count) return runs_.give(slot - heap_class_count, list);
+        spans_.give(slot, list);
+    }
+
+    /// \effects closes the heap before a fork: then no thread is inside take or give, so none holds a
+    /// lock of its spans or runs.
+    void close() noexcept { ::pthread_rwlock_wrlock(&fork_gate_); }
+    /// \effects reopens it after a fork; in the child also makes the gate anew.
+    /// \notes glibc's rwlock knows its writer by thread id, which differs in the child: the unlock
+    /// there only tells ThreadSanitizer, and the fresh gate is what glibc uses from then on.
+    void reopen(bool child) noexcept {
+        ::pthread_rwlock_unlock(&fork_gate_);
+        if (child) init_gate();
+    }
+
+    /// \returns the bytes of page runs handed out (thread caches included).
+    std::size_t run_bytes_in_use() noexcept { return runs_.bytes_in_use(); }
+    /// \returns the bytes of free page runs whose pages may be resident.
+    std::size_t run_bytes_dirty() noexcept { return runs_.bytes_dirty(); }
+
+private:
+    // \returns a new mapping of `bytes` aligned to `bytes` placed by the source on the node, `bound`
+    // false when a degrading heap's binding was refused (recorded).
+    // \throws placement_error (`size`, the block size, names a failed mapping; admission and binding
+    // name `bytes`), having unmapped it.
+    void* map_bound(std::size_t bytes, std::size_t size, bool& bound) {
+        void* p = nullptr;
+        const int err = memory::try_map(bytes, bytes, p);
+        if (err != 0) throw_placement(node_, size, err, "heap: mmap failed");
+        try {
+            // not reserved: a heap's mappings stay mapped for reuse, their pages touched and untouched
+            bound = place(p, bytes, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::pooled);
+        } catch (...) {
+            memory::unmap(p, bytes);
+            throw;
+        }
+        return p;
+    }
+
+    // Every take and give holds the gate shared; the fork hook holds it exclusively. One lock per heap
+    // for fork (ThreadSanitizer tracks at most 64 held locks), writer-preferring so that a fork is not
+    // starved by busy threads.
+    void init_gate() noexcept {
+        pthread_rwlockattr_t attr;
+        ::pthread_rwlockattr_init(&attr);
+        ::pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+        ::pthread_rwlock_init(&fork_gate_, &attr);
+        ::pthread_rwlockattr_destroy(&attr);
+    }
+    struct gate_pass {
+        explicit gate_pass(pthread_rwlock_t& g) noexcept : gate(g) { ::pthread_rwlock_rdlock(&gate); }
+        ~gate_pass() { ::pthread_rwlock_unlock(&gate); }
+        pthread_rwlock_t& gate;
+    };
+
+    int node_;
+    heap_source source_;
+    pthread_rwlock_t fork_gate_;
+    span_heap spans_;
+    run_heap runs_;
+};
+
+} // namespace detail
+} // namespace numaplace
+
+#endif

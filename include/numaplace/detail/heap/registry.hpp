@@ -1,0 +1,72 @@
+#ifndef NUMAPLACE_DETAIL_HEAP_REGISTRY_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_HEAP_REGISTRY_HPP_INCLUDED
+
+/// \file
+/// Every node's heaps (one per node and source), made on first use and never destroyed, and their fork
+/// hooks: stage `heap_registry` holds the making lock, stage `heaps` closes every heap's gate.
+
+#include "../../topology.hpp"
+#include "../fork.hpp"
+#include "node_heap.hpp"
+
+#include <cstddef>
+
+namespace numaplace {
+namespace detail {
+
+/// The process's heaps, `heap_sources` per node, indexed by heap_index. Never destroyed: containers
+/// with static storage may free into them during static destruction.
+class heap_registry {
+public:
+    /// \returns the heaps, made with the topology on first use. \throws what topology::get throws, std::bad_alloc.
+    static heap_registry& instance() {
+        return cell().get([] { return new heap_registry(topology::get().size()); });
+    }
+    /// \returns the heap of index `index` (< size()).
+    node_heap& at(std::size_t index) noexcept { return *heaps_[index]; }
+    /// \returns the number of heaps.
+    std::size_t size() const noexcept { return count_; }
+
+    // Fork hooks. Stage heap_registry: no thread is making the heaps. Stage heaps: no thread is inside a
+    // heap, so none holds a heap's lock. Nothing is made for a fork: without heaps there is nothing to close.
+    static void fork_prepare() noexcept { cell().fork_prepare(); }
+    static void fork_parent() noexcept { cell().fork_parent(); }
+    static void fork_child() noexcept { cell().fork_child(); }
+    static void close_gates() noexcept {
+        if (heap_registry* r = cell().peek())
+            for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->close();
+    }
+    static void reopen_gates_parent() noexcept { reopen_gates(false); }
+    static void reopen_gates_child() noexcept { reopen_gates(true); }
+
+private:
+    static lazy_global<heap_registry>& cell() noexcept {
+        static lazy_global<heap_registry> c; // constant-initialised: no guard
+        return c;
+    }
+    explicit heap_registry(std::size_t nodes) : count_(nodes * heap_sources) {
+        heaps_ = new node_heap*[count_];
+        for (std::size_t i = 0; i < count_; ++i)
+            heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources));
+    }
+    // The registry's making lock is held from prepare to parent/child: peek() is the same as in prepare.
+    static void reopen_gates(bool child) noexcept {
+        if (heap_registry* r = cell().peek())
+            for (std::size_t i = r->count_; i-- > 0;) r->heaps_[i]->reopen(child);
+    }
+
+    std::size_t count_;
+    node_heap** heaps_;
+};
+
+inline const fork_hook_registration heap_registry_fork_hook{
+    fork_stage::heap_registry,
+    fork_hook{&heap_registry::fork_prepare, &heap_registry::fork_parent, &heap_registry::fork_child}};
+inline const fork_hook_registration heap_gates_fork_hook{
+    fork_stage::heaps,
+    fork_hook{&heap_registry::close_gates, &heap_registry::reopen_gates_parent, &heap_registry::reopen_gates_child}};
+
+} // namespace detail
+} // namespace numaplace
+
+#endif

@@ -1,0 +1,47 @@
+#ifndef NUMAPLACE_DETAIL_HEAP_SPAN_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_HEAP_SPAN_HPP_INCLUDED
+
+/// \file
+/// The layout of a span: one mapping of a power-of-two size, aligned to that size, holding blocks of
+/// one class after a header at its start, so a block's span is its address masked. Also the free-block
+/// link that spans, page runs and thread caches share.
+
+#include "size_classes.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace numaplace {
+namespace detail {
+
+/// A block not in use (in a span's free list, a thread cache, or a list being moved): its first word.
+struct heap_block {
+    heap_block* next;
+};
+
+/// A span's header, at its start.
+struct heap_span {
+    heap_span* next;
+    heap_span* prev;
+    heap_block* free; ///< blocks given back
+    char* bump;       ///< the next block never handed out
+    char* end;        ///< the end of the last block
+    std::size_t bytes;
+    std::uint32_t live; ///< blocks out (users and thread caches)
+    std::uint16_t cls;
+    bool listed; ///< in its class's list of spans with blocks to give
+    bool bound;  ///< the heap's policy is in force on it
+    bool spare;  ///< empty, kept listed (counted in the heap's spare bytes)
+};
+static_assert(sizeof(heap_span) <= heap_span_header, "a span's header fits in its first 64 bytes");
+
+/// \returns the span holding `block`, a block of class `c`.
+inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
+    return reinterpret_cast<heap_span*>(reinterpret_cast<std::uintptr_t>(block) &
+                                        ~(std::uintptr_t(heap_table.info[c].span_bytes) - 1));
+}
+
+} // namespace detail
+} // namespace numaplace
+
+#endif

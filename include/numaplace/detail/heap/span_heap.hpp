@@ -1,0 +1,238 @@
+#ifndef NUMAPLACE_DETAIL_HEAP_SPAN_HEAP_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_HEAP_SPAN_HEAP_HPP_INCLUDED
+
+/// \file
+/// The span allocator of one node heap: blocks of the classes that are not page runs, carved from
+/// spans; emptied spans kept as spares of their class, then in a bounded cache of empty spans for any
+/// class, then unmapped. Where new memory comes from is the caller's (node_heap: mapped and bound).
+/// Design and measurements: docs/heap.md.
+
+#include "../../memory.hpp"
+#include "../linux.hpp"
+#include "size_classes.hpp"
+#include "span.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+namespace numaplace {
+namespace detail {
+
+/// The spans of one node heap. Lock order: a class's mutex, then the cache's; a thread never waits for
+/// a second class's mutex (it only tries it).
+class span_heap {
+public:
+    /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list in `head`. When no span of
+    /// the class has a block left, takes an empty span from the cache, else `map(bytes, size, bound)`:
+    /// a new mapping of `bytes` aligned to `bytes` for blocks of `size`, `bound` telling whether the
+    /// heap's policy is in force on it.
+    /// \returns how many (at least one). \throws what `map` throws (nothing is taken then).
+    template <class Map>
+    std::size_t take(std::size_t c, std::size_t want, heap_block*& head, Map&& map) {
+        const heap_class_info& info = heap_table.info[c];
+        std::lock_guard<std::mutex> lock(class_mutex_[c]);
+        std::size_t n = 0;
+        heap_block* list = nullptr;
+        while (n < want) {
+            heap_span* s = partial_[c];
+            if (!s) {
+                if (n > 0) break;
+                s = new_span(c, map);
+                link(c, s);
+            }
+            if (s->spare) { // an empty spare span in use again
+                s->spare = false;
+                spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+            }
+            while (n < want && s->free) {
+                heap_block* b = s->free;
+                s->free = b->next;
+                b->next = list;
+                list = b;
+                ++n;
+                ++s->live;
+            }
+            while (n < want && s->bump < s->end) {
+                auto* b = reinterpret_cast<heap_block*>(s->bump);
+                s->bump += info.size;
+                b->next = list;
+                list = b;
+                ++n;
+                ++s->live;
+            }
+            if (!s->free && s->bump >= s->end) unlink(c, s); // full
+        }
+        head = list;
+        return n;
+    }
+
+    /// \effects takes back a null-terminated list of class `c`. A span left empty stays a spare of its
+    /// class while the spares are under their limit, else goes to the cache. Then spares over the limit
+    /// go back: class `c`'s, and those of other classes whose lock is free now. Never allocates.
+    void give(std::size_t c, heap_block* list) noexcept {
+        {
+            std::lock_guard<std::mutex> lock(class_mutex_[c]);
+            give_blocks(c, list);
+        }
+        for (std::size_t d = 0; d < heap_class_count && spare_bytes_.load(std::memory_order_relaxed) > spare_limit(); ++d) {
+            if (d == c) continue;
+            std::unique_lock<std::mutex> other(class_mutex_[d], std::try_to_lock);
+            if (other.owns_lock()) trim_spares(d);
+        }
+    }
+
+private:
+    static constexpr std::size_t cache_floor = std::size_t(2) << 20;
+    static constexpr std::size_t spare_floor = std::size_t(1) << 20;
+    static constexpr std::size_t span_buckets = 8; // span sizes 64 KiB .. 8 MiB
+
+    // Under class c's lock.
+    void give_blocks(std::size_t c, heap_block* list) noexcept {
+        while (list) {
+            heap_block* b = list;
+            list = list->next;
+            heap_span* s = heap_span_of(b, c);
+            b->next = s->free;
+            s->free = b;
+            if (!s->listed) link(c, s);
+            if (--s->live == 0) {
+                if (keep_spare(s->bytes)) { // stays listed, its blocks and pages as they are
+                    s->spare = true;
+                    continue;
+                }
+                unlink(c, s);
+                release(s);
+            }
+        }
+        trim_spares(c); // the live set shrank
+    }
+    // \effects gives class c's spares to the cache while the spares are over the limit (under c's lock).
+    void trim_spares(std::size_t c) noexcept {
+        for (heap_span* s = partial_[c]; s && spare_bytes_.load(std::memory_order_relaxed) > spare_limit();) {
+            heap_span* next = s->next;
+            if (s->spare) {
+                s->spare = false;
+                spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+                unlink(c, s);
+                release(s);
+            }
+            s = next;
+        }
+    }
+
+    // Spares: at most half the bytes of the spans with blocks out, at least spare_floor (1 MiB).
+    std::size_t spare_limit() const noexcept {
+        const std::size_t used = in_use_.load(std::memory_order_relaxed), spare = spare_bytes_.load(std::memory_order_relaxed);
+        const std::size_t live = used > spare ? used - spare : 0;
+        return live / 2 > spare_floor ? live / 2 : spare_floor;
+    }
+    bool keep_spare(std::size_t bytes) noexcept {
+        const std::size_t limit = spare_limit();
+        std::size_t cur = spare_bytes_.load(std::memory_order_relaxed);
+        do {
+            if (cur + bytes > limit) return false;
+        } while (!spare_bytes_.compare_exchange_weak(cur, cur + bytes, std::memory_order_relaxed));
+        return true;
+    }
+
+    void link(std::size_t c, heap_span* s) noexcept {
+        s->prev = nullptr;
+        s->next = partial_[c];
+        if (s->next) s->next->prev = s;
+        partial_[c] = s;
+        s->listed = true;
+    }
+    void unlink(std::size_t c, heap_span* s) noexcept {
+        if (s->prev) s->prev->next = s->next;
+        else partial_[c] = s->next;
+        if (s->next) s->next->prev = s->prev;
+        s->next = s->prev = nullptr;
+        s->listed = false;
+    }
+
+    // The cache of empty spans, by size: up to cache_floor (2 MiB) hot (pages resident), the rest cold
+    // (pages but the header's given back) while the cold ones are at most a quarter of the spans in
+    // use; beyond, unmapped.
+    static std::size_t bucket(std::size_t bytes) noexcept {
+        return static_cast<std::size_t>(__builtin_ctzll(bytes)) - 16; // 64 KiB .. 8 MiB: 0 .. 7
+    }
+    std::size_t cold_limit() const noexcept {
+        const std::size_t used = in_use_.load(std::memory_order_relaxed);
+        return used / 4 > cache_floor ? used / 4 : cache_floor;
+    }
+    void release(heap_span* s) noexcept {
+        std::lock_guard<std::mutex> lock(span_mutex_);
+        in_use_ -= s->bytes;
+        const std::size_t b = bucket(s->bytes);
+        if (hot_bytes_ + s->bytes <= cache_floor) {
+            s->next = hot_[b];
+            hot_[b] = s;
+            hot_bytes_ += s->bytes;
+            return;
+        }
+        const std::size_t page = page_size();
+        os_advise(reinterpret_cast<char*>(s) + page, s->bytes - page, page_advice::dont_need);
+        s->next = cold_[b];
+        cold_[b] = s;
+        cold_bytes_ += s->bytes;
+        for (std::size_t k = span_buckets; k-- > 0 && cold_bytes_ > cold_limit();)
+            while (cold_[k] && cold_bytes_ > cold_limit()) {
+                heap_span* victim = cold_[k];
+                cold_[k] = victim->next;
+                cold_bytes_ -= victim->bytes;
+                memory::unmap(victim, victim->bytes);
+            }
+    }
+    heap_span* reuse(std::size_t bytes) noexcept {
+        const std::size_t b = bucket(bytes);
+        if (heap_span* s = hot_[b]) {
+            hot_[b] = s->next;
+            hot_bytes_ -= s->bytes;
+            return s;
+        }
+        if (heap_span* s = cold_[b]) {
+            cold_[b] = s->next;
+            cold_bytes_ -= s->bytes;
+            return s;
+        }
+        return nullptr;
+    }
+
+    // \returns an empty span of class c, from the cache (bound as it was) or `map`. \throws what map throws.
+    template <class Map>
+    heap_span* new_span(std::size_t c, Map& map) {
+        const heap_class_info& info = heap_table.info[c];
+        std::lock_guard<std::mutex> lock(span_mutex_);
+        heap_span* s = reuse(info.span_bytes);
+        bool bound = s ? s->bound : false;
+        if (!s) s = static_cast<heap_span*>(map(info.span_bytes, info.size, bound));
+        s->next = s->prev = nullptr;
+        s->free = nullptr;
+        s->bump = reinterpret_cast<char*>(s) + info.first;
+        s->end = s->bump + info.capacity * info.size;
+        s->bytes = info.span_bytes;
+        s->live = 0;
+        s->cls = static_cast<std::uint16_t>(c);
+        s->listed = false;
+        s->bound = bound;
+        s->spare = false;
+        in_use_ += s->bytes;
+        return s;
+    }
+
+    std::mutex class_mutex_[heap_class_count]; // guards partial_[c] and the spans of class c
+    std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)
+    heap_span* partial_[heap_class_count] = {};
+    std::atomic<std::size_t> spare_bytes_{0};
+    heap_span* hot_[span_buckets] = {};
+    heap_span* cold_[span_buckets] = {};
+    std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
+    std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
+};
+
+} // namespace detail
+} // namespace numaplace
+
+#endif

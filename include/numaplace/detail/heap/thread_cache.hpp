@@ -1,0 +1,243 @@
+#ifndef NUMAPLACE_DETAIL_HEAP_THREAD_CACHE_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_HEAP_THREAD_CACHE_HPP_INCLUDED
+
+/// \file
+/// Each thread's cache of heap blocks (bounded per slot, 4 MiB in all, 1 MiB of page runs), and the
+/// out-of-line allocate and deallocate that go through it to the heaps. Design: docs/heap.md.
+
+#include "../config.hpp"
+#include "registry.hpp"
+#include "size_classes.hpp"
+#include "span.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace numaplace {
+namespace detail {
+
+/// One thread's cached blocks, per heap and slot (a heap's lists are made on its first use).
+class thread_cache {
+public:
+    ~thread_cache() {
+        flush_all();
+        for (std::size_t h = 0; h < count_; ++h) delete[] lists_[h];
+        delete[] lists_;
+        delete[] run_marks_;
+        current() = nullptr;
+        state() = dead;
+    }
+
+    /// \returns a block of slot `slot` of heap `heap`, refilling its list from the heap if empty.
+    /// \throws placement_error, std::bad_alloc (the lists).
+    void* allocate(std::size_t heap, std::size_t slot) {
+        list* ls = lists_[heap];
+        if (NUMAPLACE_UNLIKELY(ls == nullptr)) ls = lists_[heap] = new list[heap_slots]();
+        list& l = ls[slot];
+        const heap_slot_info info = heap_slot_info_of(slot);
+        if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
+            l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head);
+            counted(heap, slot, l.count * info.size, true);
+        }
+        heap_block* b = l.head;
+        l.head = b->next;
+        --l.count;
+        counted(heap, slot, info.size, false);
+        return b;
+    }
+    /// \returns a block from this thread's list of `slot` of heap `heap`, or nullptr (fast path, inlined
+    /// into the allocators).
+    void* try_pop(std::size_t heap, std::size_t slot) noexcept {
+        list* ls = lists_[heap];
+        if (NUMAPLACE_UNLIKELY(ls == nullptr)) return nullptr;
+        list& l = ls[slot];
+        heap_block* b = l.head;
+        if (NUMAPLACE_UNLIKELY(b == nullptr)) return nullptr;
+        l.head = b->next;
+        --l.count;
+        if (NUMAPLACE_LIKELY(slot < heap_class_count)) bytes_ -= heap_table.info[slot].size;
+        else counted(heap, slot, heap_slot_info_of(slot).size, false);
+        return b;
+    }
+    /// \returns true if `p` went on this thread's list without going over a bound (fast path, inlined).
+    bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
+        list* ls = lists_[heap];
+        if (NUMAPLACE_UNLIKELY(ls == nullptr)) return false;
+        if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return try_push_run(heap, slot, p);
+        list& l = ls[slot];
+        const heap_class_info& info = heap_table.info[slot];
+        if (NUMAPLACE_UNLIKELY(l.count >= info.cache_max || bytes_ + info.size > budget)) return false;
+        auto* b = static_cast<heap_block*>(p);
+        b->next = l.head;
+        l.head = b;
+        ++l.count;
+        bytes_ += info.size;
+        return true;
+    }
+    /// try_push of a run, out of line so that the inlined span path stays small.
+    /// \returns false over a bound (the run budget included): deallocate then evicts other runs.
+    NUMAPLACE_NOINLINE bool try_push_run(std::size_t heap, std::size_t slot, void* p) noexcept {
+        list& l = lists_[heap][slot];
+        const heap_slot_info info = heap_slot_info_of(slot);
+        if (l.count >= info.cache_max || bytes_ + info.size > budget || run_bytes_ + info.size > run_budget) return false;
+        auto* b = static_cast<heap_block*>(p);
+        b->next = l.head;
+        l.head = b;
+        ++l.count;
+        counted(heap, slot, info.size, true);
+        return true;
+    }
+    /// \effects caches `p`, then gives blocks back while over a bound. Never allocates.
+    /// \returns false if this thread has no list for the heap (the caller frees centrally).
+    bool deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
+        list* ls = lists_[heap];
+        if (!ls) return false;
+        list& l = ls[slot];
+        const heap_slot_info info = heap_slot_info_of(slot);
+        auto* b = static_cast<heap_block*>(p);
+        b->next = l.head;
+        l.head = b;
+        ++l.count;
+        counted(heap, slot, info.size, true);
+        if (NUMAPLACE_UNLIKELY(l.count > info.cache_max)) trim(heap, slot, info.batch);
+        if (NUMAPLACE_UNLIKELY(run_bytes_ > run_budget)) evict_runs(heap, slot);
+        if (NUMAPLACE_UNLIKELY(bytes_ > budget)) shrink(heap);
+        return true;
+    }
+
+    enum { none = 0, alive = 1, dead = 2 };
+    // Trivially destructible thread-locals (no init guard, readable after the cache is gone).
+    static int& state() noexcept {
+        static thread_local int s = none;
+        return s;
+    }
+    /// \returns this thread's cache if it exists, else nullptr. Never makes it.
+    static thread_cache*& current() noexcept {
+        static thread_local thread_cache* c = nullptr;
+        return c;
+    }
+    /// \returns this thread's cache (made on first use), or nullptr once it was destroyed.
+    /// \throws what making the registry throws, std::bad_alloc.
+    static thread_cache* get() {
+        if (thread_cache* c = current()) return c;
+        if (state() == dead) return nullptr;
+        static thread_local thread_cache cache;
+        state() = alive;
+        current() = &cache;
+        return &cache;
+    }
+    /// \effects gives every cached block back to its heap.
+    void flush_all() noexcept {
+        for (std::size_t h = 0; h < count_; ++h)
+            if (lists_[h])
+                for (std::size_t slot = 0; slot < heap_slots; ++slot) trim(h, slot, 0);
+    }
+
+private:
+    static constexpr std::size_t budget = std::size_t(4) << 20;
+    // Of which page runs at most 1 MiB, the largest run, so that a block of any size cycles through the
+    // cache (see docs/heap.md).
+    static constexpr std::size_t run_budget = heap_max_block;
+    static constexpr std::size_t run_words = (heap_slots - heap_class_count + 63) / 64;
+
+    struct list {
+        heap_block* head;
+        std::size_t count;
+    };
+
+    thread_cache() : count_(heap_registry::instance().size()) {
+        lists_ = new list*[count_]();
+        try {
+            run_marks_ = new std::uint64_t[count_ * run_words]();
+        } catch (...) { // the cache is not made (the allocation throws bad_alloc): nothing is kept
+            delete[] lists_;
+            throw;
+        }
+    }
+
+    // Counts `bytes` of blocks into (`in`) or out of the cache; a run slot that gets blocks is marked in
+    // its heap's bitmap (unmarked when evict_heap gives its blocks back).
+    void counted(std::size_t heap, std::size_t slot, std::size_t bytes, bool in) noexcept {
+        bytes_ = in ? bytes_ + bytes : bytes_ - bytes;
+        if (slot < heap_class_count) return;
+        run_bytes_ = in ? run_bytes_ + bytes : run_bytes_ - bytes;
+        const std::size_t i = slot - heap_class_count;
+        if (in) run_marks_[heap * run_words + i / 64] |= std::uint64_t(1) << (i % 64);
+    }
+    // Gives back heap `heap`'s cached runs but slot `keep`'s, longest first, while over the run budget.
+    void evict_heap(std::size_t heap, std::size_t keep) noexcept {
+        std::uint64_t* marks = &run_marks_[heap * run_words];
+        for (std::size_t w = run_words; w-- > 0 && run_bytes_ > run_budget;)
+            for (std::uint64_t bits = marks[w]; bits != 0 && run_bytes_ > run_budget;) {
+                const std::size_t b = 63 - static_cast<std::size_t>(__builtin_clzll(bits));
+                bits &= ~(std::uint64_t(1) << b);
+                const std::size_t slot = heap_class_count + w * 64 + b;
+                if (slot == keep) continue;
+                marks[w] &= ~(std::uint64_t(1) << b);
+                trim(heap, slot, 0);
+            }
+    }
+    // Over the run budget after a run of slot `keep` came back to heap `heap`: gives back the other
+    // cached runs, longest first (this heap's, then other heaps'), then all but one of `keep`'s (the
+    // newest stays: the next request of its size finds it).
+    void evict_runs(std::size_t heap, std::size_t keep) noexcept {
+        evict_heap(heap, keep);
+        for (std::size_t h = 0; h < count_ && run_bytes_ > run_budget; ++h)
+            if (h != heap && lists_[h]) evict_heap(h, heap_no_slot);
+        if (run_bytes_ > run_budget) trim(heap, keep, 1);
+    }
+    // Over budget: gives back this heap's runs, longest first, then its classes, largest first, until
+    // half the budget is left.
+    void shrink(std::size_t heap) noexcept {
+        for (std::size_t slot = heap_slots; slot-- > 0 && bytes_ > budget / 2;) trim(heap, slot, 0);
+        if (bytes_ > budget / 2) flush_all();
+    }
+    // Keeps the first `keep` blocks of the list, gives the rest back.
+    void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
+        list& l = lists_[heap][slot];
+        if (l.count <= keep) return;
+        heap_block* rest;
+        if (keep == 0) {
+            rest = l.head;
+            l.head = nullptr;
+        } else {
+            heap_block* last = l.head;
+            for (std::size_t i = 1; i < keep; ++i) last = last->next;
+            rest = last->next;
+            last->next = nullptr;
+        }
+        counted(heap, slot, (l.count - keep) * heap_slot_info_of(slot).size, false);
+        l.count = keep;
+        heap_registry::instance().at(heap).give(slot, rest);
+    }
+
+    std::size_t count_;
+    list** lists_;
+    std::size_t bytes_ = 0;     // cached, all slots
+    std::size_t run_bytes_ = 0; // cached, page runs
+    std::uint64_t* run_marks_;  // per heap, the run slots that may have blocks (bit n: runs of n pages)
+};
+
+/// \returns a block of slot `slot` from heap `heap` (see heap_index, heap_slot), through this thread's
+/// cache, or centrally once the cache is gone (thread or process exit).
+/// \throws placement_error, std::bad_alloc. \notes out of line: the allocators inline only the fast
+/// path, thread_cache::try_pop.
+NUMAPLACE_NOINLINE inline void* heap_allocate(std::size_t heap, std::size_t slot) {
+    if (thread_cache* tc = thread_cache::get()) return tc->allocate(heap, slot);
+    heap_block* b = nullptr;
+    heap_registry::instance().at(heap).take(slot, 1, b);
+    return b;
+}
+/// \effects gives a block of slot `slot` back to heap `heap`. Never allocates.
+NUMAPLACE_NOINLINE inline void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
+    thread_cache* tc = thread_cache::current();
+    if (tc && tc->deallocate(heap, slot, p)) return;
+    auto* b = static_cast<heap_block*>(p);
+    b->next = nullptr;
+    heap_registry::instance().at(heap).give(slot, b);
+}
+
+} // namespace detail
+} // namespace numaplace
+
+#endif

@@ -1,0 +1,79 @@
+#ifndef NUMAPLACE_DETAIL_ROUTING_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_ROUTING_HPP_INCLUDED
+
+/// \file
+/// Where a placement's allocation goes: a slot of the heap of its home node (through this thread's
+/// cache, the inlined fast path), or a mapping of its own placed page by page. Used by allocator.hpp
+/// and pmr.hpp; the heap below knows no placement.
+
+#include "../memory.hpp"
+#include "../placement.hpp"
+#include "config.hpp"
+#include "heap/node_heap.hpp"
+#include "heap/size_classes.hpp"
+#include "heap/thread_cache.hpp"
+#include "linux.hpp"
+
+#include <cstddef>
+#include <type_traits>
+
+namespace numaplace {
+namespace detail {
+
+/// \returns the source of the heap serving `p`'s pooled blocks.
+inline heap_source heap_source_of(const on_node& p) noexcept {
+    return {p.policy() == node_policy::prefer, p.on_refusal()};
+}
+inline heap_source heap_source_of(const preferred_many& p) noexcept { return {true, p.on_refusal()}; }
+template <class Placement>
+heap_source heap_source_of(const Placement& p) noexcept {
+    return {false, p.on_refusal()};
+}
+
+/// \returns the heap slot serving `bytes` at `alignment` for `Placement`, or heap_no_slot (own mapping).
+/// \notes `on_node` pools every class up to 1 MiB; the other placements pool blocks below a page only
+/// (their larger blocks must be spread page by page).
+template <class Placement>
+std::size_t route_slot(std::size_t bytes, std::size_t alignment) noexcept {
+    if (std::is_same<Placement, on_node>::value) return heap_slot(bytes, alignment);
+    const std::size_t c = heap_class(bytes, alignment);
+    return bytes < page_size() && c != heap_no_class && heap_table.info[c].size <= page_size() ? c : heap_no_slot;
+}
+
+// The slow paths of routed_allocate / routed_deallocate, out of line so that the fast path (a slot,
+// this thread's list) inlines into every allocator.
+template <class Placement>
+NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
+    return memory::allocate(bytes, placement, alignment);
+}
+NUMAPLACE_NOINLINE inline void routed_unmap(void* p, std::size_t bytes) noexcept { memory::unmap(p, bytes); }
+
+/// \returns `bytes` (0 allowed) aligned to `alignment` (a power of two), placed by `placement`: from the
+/// heap of its home node, or its own mapping.
+/// \throws placement_error (a std::bad_alloc): no memory, size overflow, a strict placement refused, or
+/// an alignment that is not a power of two.
+template <class Placement>
+NUMAPLACE_ALWAYS_INLINE void* routed_allocate(const Placement& placement, std::size_t bytes, std::size_t alignment) {
+    const std::size_t slot = route_slot<Placement>(bytes, alignment);
+    if (NUMAPLACE_UNLIKELY(slot == heap_no_slot)) return routed_own_mapping(placement, bytes, alignment);
+    const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
+    if (thread_cache* tc = thread_cache::current())
+        if (void* p = tc->try_pop(heap, slot)) return p;
+    return heap_allocate(heap, slot);
+}
+/// \effects releases what `routed_allocate(placement, bytes, alignment)` returned. Never allocates.
+template <class Placement>
+NUMAPLACE_ALWAYS_INLINE void routed_deallocate(const Placement& placement, void* p, std::size_t bytes,
+                                               std::size_t alignment) noexcept {
+    const std::size_t slot = route_slot<Placement>(bytes, alignment);
+    if (NUMAPLACE_UNLIKELY(slot == heap_no_slot)) return routed_unmap(p, bytes);
+    const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
+    if (thread_cache* tc = thread_cache::current())
+        if (tc->try_push(heap, slot, p)) return;
+    heap_deallocate(heap, slot, p);
+}
+
+} // namespace detail
+} // namespace numaplace
+
+#endif

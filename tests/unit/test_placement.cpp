@@ -1,0 +1,386 @@
+// placement.hpp (the placement values on_node, preferred_many, interleaved, partitioned, and
+// partition_of) and place.hpp (the one strict-or-degrade decision): where each placement puts every page,
+// exact per node on any topology (computed from topology::get(): on a one-node host every expectation is
+// "node 0", in the multi-node guests it is exact per node), which ids and node sets each rejects, and what
+// a strict or a degrading placement does when the kernel refuses.
+#include <numaplace/place.hpp>
+#include <numaplace/placement.hpp>
+
+#include <numaplace/allocator.hpp>
+#include <numaplace/diagnostics.hpp>
+#include <numaplace/parallel_for.hpp>
+#include <numaplace/report.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <expect.hpp>
+#include <seccomp.hpp>
+#include <smaps.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace np = numaplace;
+using namespace numaplace;
+using numaplace_test::contains;
+using numaplace_test::expect_invalid;
+using numaplace_test::expect_tiles;
+using numaplace_test::expect_unknown_node;
+
+namespace {
+constexpr std::size_t mib = std::size_t(1) << 20;
+
+template <class A>
+using lazy_vector = std::vector<typename A::value_type, default_init_allocator<A>>;
+
+std::size_t pages_of(std::size_t bytes) { return (bytes + detail::page_size() - 1) / detail::page_size(); }
+
+int node_count() { return static_cast<int>(topology::get().size()); }
+} // namespace
+
+// --- ids and node sets each placement rejects ------------------------------------------------------
+
+TEST(placement, on_node_rejects_ids_outside_the_topology) {
+    const int n = node_count();
+    expect_unknown_node([&] { numaplace::on_node x(n); (void)x; }, n, "on_node(N)");
+    expect_unknown_node([&] { numaplace::on_node x(-1); (void)x; }, -1, "on_node(-1)");
+    expect_unknown_node([&] { numaplace::on_node x(n + 100, node_policy::prefer, fallback::degrade); (void)x; },
+                        n + 100, "on_node(N+100, prefer, degrade): degrading does not excuse a bad id");
+    expect_unknown_node([&] { numaplace::node_allocator<int> a(n); (void)a; }, n, "node_allocator(N)");
+    expect_unknown_node([&] { numaplace::node_allocator<double> a(-5); (void)a; }, -5, "node_allocator(-5)");
+    // every valid id is accepted
+    for (int k = 0; k < n; ++k) EXPECT_NO_THROW(numaplace::on_node x(k); (void)x;) << k;
+}
+
+TEST(placement, interleaved_and_preferred_many_reject_unknown_ids) {
+    const int n = node_count();
+    expect_unknown_node([&] { numaplace::interleaved x(node_set{0, n}); (void)x; }, n, "interleaved({0, N})");
+    expect_unknown_node([&] { numaplace::interleaved x(node_set{-2, 0}); (void)x; }, -2, "interleaved({-2, 0})");
+    expect_unknown_node([&] { numaplace::interleaved_allocator<int> a(node_set{0, n}); (void)a; }, n,
+                        "interleaved_allocator({0, N})");
+    expect_unknown_node([&] { numaplace::preferred_many x(node_set{n}); (void)x; }, n, "preferred_many({N})");
+}
+
+TEST(placement, empty_node_set_is_invalid_placement) {
+    expect_invalid([] { numaplace::interleaved x(node_set{}); (void)x; }, "empty", "interleaved({})");
+    expect_invalid([] { numaplace::interleaved_allocator<int> a(node_set{}); (void)a; }, "empty",
+                   "interleaved_allocator({})");
+    expect_invalid([] { numaplace::preferred_many x(node_set{}); (void)x; }, "empty", "preferred_many({})");
+    expect_invalid([] { numaplace::partition<double> p(100, node_set{}, {}); (void)p; }, "empty", "partition({})");
+    expect_invalid([] { numaplace::partitioned x{numaplace::partition<double>()}; (void)x; }, "empty",
+                   "partitioned(empty partition)");
+    // and it is an invalid_argument
+    EXPECT_THROW(numaplace::interleaved x(node_set{}), std::invalid_argument);
+}
+
+TEST(placement, weight_count_mismatch_and_all_zero_weights_are_invalid_placement) {
+    const std::size_t n = topology::get().size();
+    const node_set all = topology::get().all();
+    expect_invalid([&] { numaplace::interleaved x(all, std::vector<std::size_t>(n + 1, 1)); (void)x; }, "weights",
+                   "interleaved: one weight too many");
+    expect_invalid([&] { numaplace::interleaved x(all, std::vector<std::size_t>(n, 0)); (void)x; }, "zero",
+                   "interleaved: all weights zero");
+    expect_invalid([&] { numaplace::partition<double> p(100, all, std::vector<std::size_t>(n + 1, 1)); (void)p; },
+                   "weights", "partition: one weight too many");
+    expect_invalid([&] { numaplace::partition<double> p(100, all, std::vector<std::size_t>(n, 0)); (void)p; }, "zero",
+                   "partition: all weights zero");
+    // the message says how many of each
+    try {
+        numaplace::partition<double> p(100, all, std::vector<std::size_t>(n + 2, 1));
+        ADD_FAILURE() << "no exception";
+    } catch (const numaplace::invalid_placement& e) {
+        EXPECT_TRUE(contains(e.what(), std::to_string(n + 2) + " weights for " + std::to_string(n) + " nodes"))
+            << e.what();
+    }
+    if (n >= 2) {
+        expect_invalid([&] { numaplace::interleaved x(node_set{0, 1}, {1}); (void)x; }, "1 weights for 2 nodes",
+                       "interleaved({0,1}, {1})");
+    }
+}
+
+// --- where each placement puts the pages ----------------------------------------------------------
+
+TEST(placement, preferred_node_puts_pages_there_while_it_has_memory) {
+    const auto& topo = topology::get();
+    for (const auto& node : topo.nodes()) {
+        if (node.memory < 256 * mib) continue;
+        std::vector<char, node_allocator<char>> v(8 * mib, 1, node_allocator<char>(node.id, node_policy::prefer));
+        auto h = where(v);
+        EXPECT_EQ(h.on(node.id), h.pages) << "node " << node.id;
+    }
+}
+
+TEST(placement, preferred_many_puts_pages_on_its_nodes_while_they_have_memory) {
+    // Prefer only the last node (and, with several nodes, the last two): every page must land there,
+    // not on node 0 where this thread may run. Strict where the kernel has MPOL_PREFERRED_MANY.
+    const auto& topo = topology::get();
+    const int last = static_cast<int>(topo.size()) - 1;
+    std::vector<node_set> sets{node_set{last}};
+    if (topo.size() > 2) sets.push_back(node_set{last - 1, last});
+    for (const auto& set : sets) {
+        if (!topo.capabilities().preferred_many) {
+            allocator<char, preferred_many> strict{preferred_many(set)};
+            EXPECT_THROW((void)strict.allocate(4 * mib), placement_error);
+            continue;
+        }
+        allocator<char, preferred_many> a{preferred_many(set)};
+        const std::size_t bytes = 4 * mib;
+        char* p = a.allocate(bytes);
+        std::memset(p, 1, bytes);
+        auto h = where(p, bytes);
+        std::size_t on_set = 0;
+        for (int id : set) on_set += h.on(id);
+        EXPECT_EQ(on_set, h.pages);
+        EXPECT_EQ(h.untouched, 0u);
+        a.deallocate(p, bytes);
+    }
+}
+
+TEST(placement, interleaved_spreads_pages_round_robin_within_one_page) {
+    const auto& topo = topology::get();
+    const node_set all = topo.all();
+    const std::size_t bytes = 16 * mib + 3 * detail::page_size(); // not a multiple of the node count
+    std::vector<char, interleaved_allocator<char>> v(bytes, 1, interleaved_allocator<char>(all));
+    auto h = where(v);
+    ASSERT_EQ(h.untouched, 0u);
+    std::size_t lo = h.pages, hi = 0;
+    for (int id : all) {
+        lo = std::min(lo, h.on(id));
+        hi = std::max(hi, h.on(id));
+    }
+    EXPECT_LE(hi - lo, 1u);
+    EXPECT_EQ(h.touched(), h.pages);
+    // round-robin order: page i+1 is on the node after page i's (in node-id order)
+    if (all.size() > 1) {
+        std::vector<int> seq;
+        const std::size_t page = detail::page_size();
+        const char* base = v.data();
+        const std::size_t first = (page - reinterpret_cast<std::uintptr_t>(base) % page) % page;
+        for (std::size_t off = first; off + page <= bytes && seq.size() < 64; off += page) {
+            auto one = where(base + off, 1);
+            for (int id : all)
+                if (one.on(id)) seq.push_back(id);
+        }
+        for (std::size_t i = 1; i < seq.size(); ++i) {
+            auto pos = [&](int id) { return std::find(all.begin(), all.end(), id) - all.begin(); };
+            EXPECT_EQ((pos(seq[i - 1]) + 1) % static_cast<long>(all.size()), pos(seq[i])) << "page " << i;
+        }
+    }
+}
+
+TEST(placement, weighted_interleave_places_runs_by_weight) {
+    const auto& topo = topology::get();
+    if (topo.size() < 2) GTEST_SKIP() << "one NUMA node: weights cannot be observed";
+    node_set two{0, 1};
+    interleaved_allocator<char> a(interleaved(two, {2, 1}));
+    const std::size_t pages = 3000;
+    const std::size_t bytes = pages * detail::page_size();
+    char* p = a.allocate(bytes);
+    // placed eagerly at allocation: every page is already there
+    auto h = where(p, bytes);
+    EXPECT_EQ(h.untouched, 0u);
+    EXPECT_EQ(h.on(0), 2000u);
+    EXPECT_EQ(h.on(1), 1000u);
+    // pattern 0,0,1 per period of three pages
+    for (std::size_t i = 0; i < 30; ++i) {
+        auto one = where(p + i * detail::page_size(), 1);
+        EXPECT_EQ(one.on(i % 3 == 2 ? 1 : 0), 1u) << "page " << i;
+    }
+    a.deallocate(p, bytes);
+}
+
+TEST(placement, equal_weights_reduce_to_plain_interleave) {
+    interleaved i(topology::get().all(), std::vector<std::size_t>(topology::get().size(), 4));
+    EXPECT_TRUE(i.weights().empty());
+    EXPECT_EQ(i, interleaved(topology::get().all()));
+}
+
+TEST(placement, partitioned_puts_block_k_on_node_k) {
+    const std::size_t n = 48 * mib / sizeof(double) + 123;
+    partition<double> part(n);
+    lazy_vector<partitioned_allocator<double>> v(n, partitioned_allocator<double>(part));
+    EXPECT_EQ(where(v).untouched, where(v).pages);
+    memory::touch(v.data(), n * sizeof(double)); // one thread: binding, not first touch, decides
+    auto loc = where(v.data(), part);
+    EXPECT_EQ(loc.histogram.untouched, 0u);
+    EXPECT_EQ(loc.remote, 0u);
+    EXPECT_EQ(loc.local, loc.histogram.pages);
+    for (const auto& b : part.blocks()) {
+        if (b.empty()) continue;
+        auto h = where(v.data() + b.begin, b.size() * sizeof(double));
+        EXPECT_EQ(h.on(b.node), h.pages) << "block of node " << b.node;
+    }
+}
+
+TEST(placement, partitioned_allocation_of_another_size_is_split_by_the_same_weights) {
+    partition<double> part(1000);
+    partitioned_allocator<double> a(part);
+    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double)), part.resized(4000).untyped());
+    // a partial element counts as one (rebound allocators of other sizes)
+    EXPECT_EQ(a.placement().partition_for(4000 * sizeof(double) + 1).units(), 4001u);
+}
+
+TEST(placement, partitioned_rows_allocation_is_split_in_whole_rows) {
+    const std::size_t rows = 3000, cols = 1000; // 8000-byte rows
+    const auto part = partition<double>::rows(rows, cols);
+    partitioned_allocator<double> a(part);
+    // m elements: ceil(m / cols) whole rows
+    const basic_partition split = a.placement().partition_for((rows * cols - 7) * sizeof(double));
+    EXPECT_EQ(split.units(), rows);
+    EXPECT_EQ(split, part.untyped());
+    lazy_vector<partitioned_allocator<double>> v(rows * cols, a);
+    memory::touch(v.data(), v.size() * sizeof(double));
+    auto loc = where(v.data(), part); // all rows * cols elements
+    EXPECT_EQ(loc.histogram.pages, pages_of(rows * cols * sizeof(double)));
+    EXPECT_EQ(loc.remote, 0u);
+    for (const auto& b : part.blocks()) {
+        if (b.empty()) continue;
+        auto h = where(v.data() + b.begin * cols, b.size() * cols * sizeof(double));
+        EXPECT_EQ(h.on(b.node), h.pages) << "rows of node " << b.node;
+    }
+}
+
+namespace {
+using numaplace_test::has_vm_flag;
+using numaplace_test::smaps_field;
+using numaplace_test::smaps_kb;
+} // namespace
+
+TEST(placement, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) {
+    // THP `madvise`: huge-page edges ask for huge pages (MADV_HUGEPAGE, VmFlags "hg"); small-page edges
+    // keep them off (MADV_NOHUGEPAGE, "nh") whenever THP is on, so a huge page never straddles two blocks.
+    const auto& topo = topology::get();
+    const std::string thp = topo.capabilities().thp;
+    const bool thp_on = thp == "always" || thp == "madvise";
+    const std::size_t bytes = 64 * mib;
+    const partition<char> huge_edges(bytes, topo.with_cpus(), {}, edge_alignment::huge);
+    const partition<char> page_edges(bytes, topo.with_cpus(), {}, edge_alignment::page);
+    EXPECT_EQ(huge_edges.huge_pages(), thp == "madvise" ? huge_page_advice::request : huge_page_advice::none);
+    EXPECT_EQ(page_edges.huge_pages(), thp_on ? huge_page_advice::forbid : huge_page_advice::none);
+    partitioned_allocator<char> with_huge(huge_edges, fallback::degrade), with_small(page_edges, fallback::degrade);
+    char* a = with_huge.allocate(bytes);
+    char* b = with_small.allocate(bytes);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(a) % detail::huge_page_size(), 0u);
+    memory::touch(a, bytes);
+    memory::touch(b, bytes);
+    EXPECT_EQ(has_vm_flag(a, "hg"), thp == "madvise") << smaps_field(a, "VmFlags");
+    EXPECT_FALSE(has_vm_flag(a, "nh")) << smaps_field(a, "VmFlags");
+    EXPECT_EQ(has_vm_flag(b, "nh"), thp_on) << smaps_field(b, "VmFlags");
+    EXPECT_EQ(smaps_kb(b, "AnonHugePages"), 0u) << "small-page edges keep huge pages off";
+    // (whether the kernel then finds free huge pages for `a` is its business: bench_huge_pages reports it)
+    with_huge.deallocate(a, bytes);
+    with_small.deallocate(b, bytes);
+}
+
+// --- place.hpp: strict throws, degrading falls back and says so ------------------------------------
+
+// Binding refused, as under a container's seccomp profile: strict placements throw placement_error
+// with EPERM and lose nothing; degrading ones fall back and say so.
+TEST(place, binding_refused_strict_throws_eperm_degrade_falls_back_and_records) {
+    (void)topology::get(); // loaded (and probed) before the filter, as in a process sandboxed later
+    int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
+        const std::size_t bytes = 4 * mib;
+        try {
+            node_allocator<char> strict(0);
+            (void)strict.allocate(bytes);
+            return 1; // must not get here
+        } catch (const placement_error& e) {
+            if (e.error_number() != EPERM || e.node() != 0 || e.bytes() != bytes) return 2;
+            if (std::string(e.what()).find("errno 1") == std::string::npos) return 3;
+        }
+        const std::size_t before = degradation_count();
+        node_allocator<char> soft(0, node_policy::bind, fallback::degrade);
+        char* p = soft.allocate(bytes);
+        std::memset(p, 1, bytes);
+        soft.deallocate(p, bytes);
+        if (degradation_count() != before + 1) return 4;
+        if (degradations().empty() || degradations().back().find("Operation not permitted") == std::string::npos) return 5;
+        partitioned_allocator<double> part_soft(partition<double>(1 << 20), fallback::degrade);
+        double* d = part_soft.allocate(1 << 20);
+        part_soft.deallocate(d, 1 << 20);
+        if (degradation_count() <= before + 1) return 6;
+        try {
+            interleaved_allocator<char> il(topology::get().all());
+            (void)il.allocate(bytes);
+            return 7;
+        } catch (const placement_error& e) {
+            if (e.error_number() != EPERM) return 8;
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(place, strict_placement_refused_by_the_kernel_is_placement_error) {
+    // A process started under a seccomp filter that refuses mbind/set_mempolicy with EPERM (as container
+    // profiles do) must see memory_binding == false in its capabilities, and a strict placement must throw
+    // placement_error with that errno, even for a small (pooled) allocation. The parent re-runs this very
+    // test in such a process (this binary, filter installed before exec, so the probe runs under it).
+    if (numaplace_test::rerun_started_under_seccomp()) return;
+    const auto& caps = topology::get().capabilities();
+    ASSERT_FALSE(caps.memory_binding);
+    EXPECT_EQ(caps.memory_binding_errno, EPERM);
+    numaplace::node_allocator<int> strict(0);
+    try {
+        (void)strict.allocate(1);
+        ADD_FAILURE() << "no exception";
+    } catch (const numaplace::placement_error& e) {
+        EXPECT_EQ(e.error_number(), EPERM);
+    }
+    EXPECT_THROW((void)strict.allocate(1 << 20), numaplace::placement_error);
+    // degrading: works, and says so
+    numaplace::node_allocator<int> soft(0, numaplace::node_policy::bind, numaplace::fallback::degrade);
+    int* p = soft.allocate(1 << 20);
+    soft.deallocate(p, 1 << 20);
+    EXPECT_GE(numaplace::degradation_count(), 1u);
+    // Every degrading placement serves small blocks too; every strict one refuses them.
+    numaplace::interleaved_allocator<char> soft_il(
+        numaplace::interleaved(topology::get().all(), {}, numaplace::fallback::degrade));
+    soft_il.deallocate(soft_il.allocate(16), 16);
+    numaplace::allocator<char, numaplace::preferred_many> soft_pm(
+        numaplace::preferred_many(topology::get().all(), numaplace::fallback::degrade));
+    soft_pm.deallocate(soft_pm.allocate(16), 16);
+    numaplace::interleaved_allocator<char> strict_il(topology::get().all());
+    EXPECT_THROW((void)strict_il.allocate(16), numaplace::placement_error);
+    std::ostringstream report;
+    numaplace::print_report(report);
+    EXPECT_NE(report.str().find("memory binding (mbind):      NO (errno 1"), std::string::npos) << report.str();
+}
+
+// --- attacks -----------------------------------------------------------------------------------------
+
+TEST(placement_attack, partition_of_across_container_lifecycle) {
+    np::partitioned_vector<int> v;
+    EXPECT_EQ(np::partition_of(v).size(), 0u);
+    expect_tiles(np::partition_of(v));
+    v.resize(100000);
+    expect_tiles(np::partition_of(v));
+    EXPECT_EQ(np::partition_of(v).size(), 100000u);
+    std::vector<std::atomic<int>> seen(100000);
+    np::parallel_for(v, [&](std::size_t i) { seen[i].fetch_add(1); });
+    for (std::size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+    v.resize(10);
+    EXPECT_EQ(np::partition_of(v).size(), 10u);
+    v.clear();
+    EXPECT_EQ(np::partition_of(v).size(), 0u);
+    int calls = 0;
+    np::parallel_for(v, [&](std::size_t) { ++calls; });
+    EXPECT_EQ(calls, 0);
+    v.shrink_to_fit();
+    EXPECT_EQ(np::partition_of(v).size(), 0u);
+    np::partitioned_vector<int> w = std::move(v);
+    EXPECT_EQ(np::partition_of(v).size(), 0u);
+    EXPECT_EQ(np::partition_of(w).size(), 0u);
+    np::first_touch(v);
+    np::first_touch(w);
+}
