@@ -6,19 +6,28 @@
 // random order (--benchmark_enable_random_interleaving, on by default here), so slow phases of a shared
 // machine hit every kernel alike; Google Benchmark then reports mean, median, stddev and cv (coefficient
 // of variation) per benchmark. The read limit is the best, per thread count, of several read
-// strategies measured in the same run (BM_Dgemv_read_limit_<strategy>: 1/2/4/8 interleaved streams,
-// integer XOR, software prefetch, AVX2 where compiled in; dgemv_kernel.hpp, namespace probe), so no
-// kernel should beat it. Ratios need the whole run: `plot_dgemv.py --summary results.json` prints
-// partitioned / limit / OpenBLAS with their cv.
+// strategies measured in the same run (1/2/4/8 interleaved streams, integer XOR, software prefetch, AVX2
+// where compiled in; dgemv_kernel.hpp, namespace probe), so no kernel should beat it. Ratios need the
+// whole run: `plot_dgemv.py --summary results.json` prints each row / its limit / OpenBLAS with their cv.
 //
-// Names: BM_Dgemv_<read_limit_<strategy>|openblas|partitioned|partitioned_hugepage|serial_init|parallel_init|
-//                  interleaved|node0>/threads:T
-// Counters: GBps, GFLOPs, locality (pages on the node of the thread that computes them, from where()),
+// Two limits, one per kind of memory (huge pages read faster: fewer TLB misses), each row held against
+// the one measured on its own kind of pages:
+//   read_limit           BM_Dgemv_read_limit_<strategy>, on the partitioned matrix in small pages
+//                        (MADV_NOHUGEPAGE): the limit of openblas, partitioned, serial_init,
+//                        parallel_init, interleaved and node0, all in small pages.
+//   read_limit_hugepage  BM_Dgemv_read_limit_hugepage_<strategy>, on the partitioned matrix with
+//                        MADV_HUGEPAGE: the limit of partitioned_hugepage.
+// The counter huge_pages (the fraction of A in huge pages, /proc/self/smaps) shows what each row got.
+//
+// Names: BM_Dgemv_<read_limit_<strategy>|read_limit_hugepage_<strategy>|openblas|partitioned|
+//                  partitioned_hugepage|serial_init|parallel_init|interleaved|node0>/threads:T
+// Counters: GBps, GFLOPs, huge_pages, locality (pages on the node of the thread that computes them, from where()),
 // locality_before (before the timed iterations) and the kernel's NUMA balancing counters over them
 // (numa_pages_migrated, numa_hint_faults, numa_hint_faults_local from /proc/vmstat, system-wide; 0 unless
 // kernel.numa_balancing is on).
 // The matrix of the partitioned placement (read by the probes, OpenBLAS and our kernel) lives for the
-// whole run; the other placements share a second slot, rebuilt when another placement runs.
+// whole run, and so does its MADV_HUGEPAGE twin (the huge-page probes and kernel); the other placements
+// share a third slot, rebuilt when another placement runs.
 // Quick comparison: --benchmark_filter='read_limit|openblas|partitioned'.
 // Plot: benchmarks/plot_dgemv.py results.json out.png
 #include "dgemv_placements.hpp"
@@ -30,7 +39,11 @@
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +55,7 @@ extern "C" void openblas_set_num_threads(int);
 #endif
 
 namespace {
+using numaplace::bench::page_kind;
 using numaplace::bench::placed_matrix;
 using numaplace::bench::placement_kind;
 
@@ -52,21 +66,42 @@ std::size_t env_size(const char* name, std::size_t fallback) {
 const std::size_t M = env_size("NUMAPLACE_DGEMV_M", 20000);
 const std::size_t N = env_size("NUMAPLACE_DGEMV_N", 20000);
 
-// The partitioned matrix (shared by the probes, OpenBLAS and our kernel) lives for the whole run; so
-// does its MADV_HUGEPAGE twin once used; the other placements share one more slot, replaced when a
-// benchmark of another placement starts.
-placed_matrix& matrix(placement_kind kind, bool huge_pages = false) {
+// The partitioned matrix in small pages (shared by the small-page probes, OpenBLAS and our kernel) lives
+// for the whole run; so does its MADV_HUGEPAGE twin (the huge-page probes and kernel) once used; the
+// other placements, all in small pages, share one more slot, replaced when a benchmark of another
+// placement starts.
+placed_matrix& matrix(placement_kind kind, page_kind pages = page_kind::small) {
     static std::unique_ptr<placed_matrix> partitioned, partitioned_huge, other;
-    auto& slot = kind != placement_kind::partitioned ? other : huge_pages ? partitioned_huge : partitioned;
+    auto& slot = kind != placement_kind::partitioned ? other : pages == page_kind::huge ? partitioned_huge : partitioned;
     if (!slot || slot->kind() != kind) {
         slot.reset();
-        slot = std::make_unique<placed_matrix>(kind, M, N, huge_pages);
+        slot = std::make_unique<placed_matrix>(kind, M, N, pages);
     }
     return *slot;
 }
 
-void finish(benchmark::State& state, int threads, double seconds, std::size_t bytes, double locality) {
+// The fraction of [p, p + bytes) in transparent huge pages: AnonHugePages of the mappings that overlap it
+// (/proc/self/smaps; A has mappings of its own), over its size. Which memory a row really ran on.
+double huge_page_fraction(const void* p, std::size_t bytes) {
+    const auto begin = reinterpret_cast<std::uintptr_t>(p), end = begin + bytes;
+    std::ifstream in("/proc/self/smaps");
+    std::size_t huge_kb = 0;
+    bool inside = false;
+    for (std::string line; std::getline(in, line);) {
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find('-')) {
+            inside = lo < end && begin < hi;
+            continue;
+        }
+        if (inside && line.rfind("AnonHugePages:", 0) == 0) huge_kb += std::strtoull(line.c_str() + 14, nullptr, 10);
+    }
+    return bytes ? std::min(1.0, static_cast<double>(huge_kb) * 1024.0 / static_cast<double>(bytes)) : 0.0;
+}
+
+void finish(benchmark::State& state, int threads, double seconds, const placed_matrix& m, double locality) {
+    const std::size_t bytes = m.bytes();
     const double per_iter = seconds / static_cast<double>(state.iterations());
+    state.counters["huge_pages"] = huge_page_fraction(m.a(), bytes);
     state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
     state.counters["threads"] = threads;
     state.counters["GBps"] = static_cast<double>(bytes) / per_iter / 1e9;
@@ -93,18 +128,19 @@ double timed(benchmark::State& state, F&& f) {
     return seconds;
 }
 
-void BM_Dgemv_read_limit(benchmark::State& state, const numaplace::bench::probe::strategy& how) {
+// A read probe on the partitioned matrix in `pages`: the limit of the rows in the same kind of pages.
+void BM_Dgemv_read_limit(benchmark::State& state, const numaplace::bench::probe::strategy& how, page_kind pages) {
     const int threads = static_cast<int>(state.range(0));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    auto& m = matrix(placement_kind::partitioned);
+    auto& m = matrix(placement_kind::partitioned, pages);
     const double seconds = timed(state, [&] { benchmark::DoNotOptimize(m.read_all(how.read)); });
-    finish(state, threads, seconds, m.bytes(), -1);
+    finish(state, threads, seconds, m, -1);
 }
 
-void run_placement(benchmark::State& state, placement_kind kind, bool huge_pages = false) {
+void run_placement(benchmark::State& state, placement_kind kind, page_kind pages = page_kind::small) {
     const int threads = static_cast<int>(state.range(0));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    auto& m = matrix(kind, huge_pages);
+    auto& m = matrix(kind, pages);
     m.multiply();
     if (!m.check()) {
         state.SkipWithError("wrong result");
@@ -114,7 +150,7 @@ void run_placement(benchmark::State& state, placement_kind kind, bool huge_pages
     const auto balancing_before = numaplace::balancing_counters::read();
     const double seconds = timed(state, [&] { m.multiply(); });
     const auto bal = numaplace::balancing_counters::read().since(balancing_before);
-    finish(state, threads, seconds, m.bytes(), m.locality());
+    finish(state, threads, seconds, m, m.locality());
     state.counters["locality_before"] = locality_before;
     state.counters["numa_pages_migrated"] = static_cast<double>(bal.pages_migrated);
     state.counters["numa_hint_faults"] = static_cast<double>(bal.hint_faults);
@@ -134,7 +170,7 @@ void BM_Dgemv_openblas(benchmark::State& state) {
         return;
     }
     const double seconds = timed(state, gemv);
-    finish(state, threads, seconds, m.bytes(), -1);
+    finish(state, threads, seconds, m, -1);
 }
 #endif
 
@@ -144,10 +180,15 @@ void register_all() {
         for (int t = 1; t <= all; ++t) b->Arg(t);
         b->ArgName("threads")->Unit(benchmark::kMillisecond)->UseManualTime()->Iterations(3);
     };
-    // The probes and OpenBLAS read the partitioned matrix: the same data as our kernel on it.
-    for (const auto& how : numaplace::bench::probe::strategies())
+    // The probes and OpenBLAS read the partitioned matrix: the same data as our kernel on it. The probes
+    // twice: in small pages (read_limit, every row's limit but one) and with MADV_HUGEPAGE
+    // (read_limit_hugepage, the limit of partitioned_hugepage).
+    for (const auto& how : numaplace::bench::probe::strategies()) {
         threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_read_limit_") + how.name).c_str(),
-                                             [&how](benchmark::State& s) { BM_Dgemv_read_limit(s, how); }));
+                                             [&how](benchmark::State& s) { BM_Dgemv_read_limit(s, how, page_kind::small); }));
+        threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_read_limit_hugepage_") + how.name).c_str(),
+                                             [&how](benchmark::State& s) { BM_Dgemv_read_limit(s, how, page_kind::huge); }));
+    }
 #ifdef NUMAPLACE_HAVE_OPENBLAS
     threads(benchmark::RegisterBenchmark("BM_Dgemv_openblas", BM_Dgemv_openblas));
 #endif
@@ -156,9 +197,10 @@ void register_all() {
         threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_") + numaplace::bench::name(kind)).c_str(),
                                              [kind](benchmark::State& s) { run_placement(s, kind); }));
     // What transparent huge pages (madvise mode) give the partitioned kernel: the same matrix with
-    // MADV_HUGEPAGE before its first write (huge-page-aligned edges assumed: true on one node).
+    // MADV_HUGEPAGE before its first write (huge-page-aligned edges assumed: true on one node); held
+    // against read_limit_hugepage, measured on that same matrix.
     threads(benchmark::RegisterBenchmark("BM_Dgemv_partitioned_hugepage", [](benchmark::State& s) {
-        run_placement(s, placement_kind::partitioned, true);
+        run_placement(s, placement_kind::partitioned, page_kind::huge);
     }));
 }
 } // namespace
@@ -184,6 +226,9 @@ int main(int argc, char** argv) {
     if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
     benchmark::AddCustomContext("matrix", std::to_string(M) + "x" + std::to_string(N) + " doubles");
     benchmark::AddCustomContext("numa_nodes", std::to_string(numaplace::topology::get().size()));
+    benchmark::AddCustomContext("limits", "read_limit_<probe>: small pages (MADV_NOHUGEPAGE), the limit of every "
+                                          "row but partitioned_hugepage; read_limit_hugepage_<probe>: MADV_HUGEPAGE, "
+                                          "the limit of partitioned_hugepage");
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

@@ -34,6 +34,18 @@ namespace numaplace::bench {
 
 enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced };
 
+/// The pages A is made of. The benchmark measures every kernel and its read-bandwidth probes on one kind
+/// (the probes' limit is not the same with huge pages: fewer TLB misses, so a faster read).
+enum class page_kind {
+    as_placed, ///< whatever the placement advises (the partitioned placement may ask for huge pages)
+    small,     ///< MADV_NOHUGEPAGE before the first write: small pages whatever THP's mode
+    huge       ///< MADV_HUGEPAGE before the first write: what THP in `madvise` mode gives
+};
+
+inline const char* name(page_kind k) noexcept {
+    return k == page_kind::small ? "small pages" : k == page_kind::huge ? "MADV_HUGEPAGE" : "as placed";
+}
+
 inline const char* name(placement_kind p) noexcept {
     switch (p) {
     case placement_kind::serial_init: return "serial_init";
@@ -60,10 +72,10 @@ inline double x_value(std::size_t j) noexcept { return static_cast<double>(j % 1
 /// An M x N row-major matrix placed one way, with x and y.
 class placed_matrix {
 public:
-    /// \param huge_pages: madvise(MADV_HUGEPAGE) A before it is first written (a measurement of what
-    /// transparent huge pages in `madvise` mode give; the placement's own advice is overridden).
-    placed_matrix(placement_kind kind, std::size_t m, std::size_t n, bool huge_pages = false)
-        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0), huge_pages_(huge_pages) {
+    /// \param pages: small or huge overrides the placement's own THP advice before A is first written
+    /// (MADV_NOHUGEPAGE or MADV_HUGEPAGE); as_placed keeps it.
+    placed_matrix(placement_kind kind, std::size_t m, std::size_t n, page_kind pages = page_kind::as_placed)
+        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0), pages_(pages) {
         const std::size_t count = m * n, bytes = count * sizeof(double);
         switch (kind) {
         case placement_kind::serial_init:
@@ -79,7 +91,8 @@ public:
             release_ = [bytes](double* p) { memory::unmap(p, bytes); };
             break;
         }
-        if (huge_pages) ::madvise(a_, bytes, MADV_HUGEPAGE);
+        if (pages != page_kind::as_placed)
+            ::madvise(a_, bytes, pages == page_kind::huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
     }
@@ -88,7 +101,7 @@ public:
     placed_matrix& operator=(const placed_matrix&) = delete;
 
     placement_kind kind() const noexcept { return kind_; }
-    bool huge_pages() const noexcept { return huge_pages_; }
+    page_kind pages() const noexcept { return pages_; }
     std::size_t rows() const noexcept { return m_; }
     std::size_t cols() const noexcept { return n_; }
     std::size_t bytes() const noexcept { return m_ * n_ * sizeof(double); }
@@ -98,7 +111,6 @@ public:
     /// \returns A's rows partition: its indexes are rows, `where(a(), row_partition())` inspects all m*n elements.
     const partition<double>& row_partition() const noexcept { return rows_; }
 
-    /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
     /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
     void multiply() {
         const double* a = a_;
@@ -181,7 +193,7 @@ private:
     std::size_t m_, n_;
     partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
     std::vector<double> x_, y_;
-    bool huge_pages_;
+    page_kind pages_;
     double* a_ = nullptr;
     std::function<void(double*)> release_;
 };

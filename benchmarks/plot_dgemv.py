@@ -10,7 +10,9 @@ read_limit, openblas, serial_init, parallel_init, interleaved, node0, partitione
 from a `/threads:N` part of the name (also `threads=N`, `threads_N`), else from a `threads` user counter.
 If any name contains "dgemv", other benchmarks in the file are ignored (the read limit is kept).
 Used counters: `speedup`, `fraction_of_limit` and, when `fraction_of_limit` is missing, `GBps` divided by
-the read_limit's GBps at the same thread count. Aggregates (mean/median/stddev of repetitions): the median
+the GBps of the row's read limit at the same thread count: read_limit (probes on small pages) for every
+row but partitioned_hugepage, whose limit is read_limit_hugepage (the same probes on its MADV_HUGEPAGE
+matrix: huge pages read faster, so a small-page limit is no limit for them). Aggregates (mean/median/stddev of repetitions): the median
 is used when present, else the plain iterations are averaged.
 
 Writes one PNG with two panels: speedup vs threads per placement, fraction of the read limit vs threads.
@@ -21,9 +23,18 @@ import sys
 from collections import defaultdict
 
 # Longest first so that e.g. "parallel_init" is not mistaken for something shorter.
-PLACEMENTS = ["partitioned_hugepage", "parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
+PLACEMENTS = ["read_limit_hugepage", "partitioned_hugepage", "parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
 ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "partitioned_hugepage", "openblas",
-         "read_limit"]
+         "read_limit", "read_limit_hugepage"]
+LIMITS = ("read_limit", "read_limit_hugepage")
+# The limit each row is held against: the probes on the same kind of pages.
+LIMIT_OF = {"partitioned_hugepage": "read_limit_hugepage"}
+
+
+def limit_of(place):
+    return LIMIT_OF.get(place, "read_limit")
+
+
 STYLE = {
     "serial_init": dict(marker="o"),
     "parallel_init": dict(marker="s"),
@@ -33,6 +44,7 @@ STYLE = {
     "partitioned_hugepage": dict(marker="d", linestyle="-."),
     "openblas": dict(marker="x", linestyle="--"),
     "read_limit": dict(marker="+", linestyle=":", color="black"),
+    "read_limit_hugepage": dict(marker="1", linestyle=":", color="grey"),
 }
 
 
@@ -76,8 +88,8 @@ def number(bench, key):
 def collect(benchmarks):
     """{placement: {threads: {counter: value}}}, preferring median aggregates over iterations.
 
-    Read-limit probes (`BM_Dgemv_read_limit_<strategy>`) are merged into "read_limit": per thread count
-    the best strategy's median GBps (its name in "strategy", its cv in "cv"). "cv" is the coefficient of
+    Read-limit probes (`BM_Dgemv_read_limit_<strategy>`, `BM_Dgemv_read_limit_hugepage_<strategy>`) are
+    merged into "read_limit" and "read_limit_hugepage": per thread count the best strategy's median GBps (its name in "strategy", its cv in "cv"). "cv" is the coefficient of
     variation of GBps over the repetitions (Google Benchmark's cv aggregate). "speedup" and
     "fraction_of_limit" are computed here from the medians of the whole run when the benchmark did not
     report them (with random interleaving the 1-thread run and the limit may come later)."""
@@ -87,7 +99,7 @@ def collect(benchmarks):
     if any("dgemv" in (b.get("run_name") or b.get("name", "")).lower() for b in benchmarks):
         benchmarks = [b for b in benchmarks
                       if "dgemv" in (b.get("run_name") or b.get("name", "")).lower()
-                      or placement_of(b.get("run_name") or b.get("name", "")) == "read_limit"]
+                      or placement_of(b.get("run_name") or b.get("name", "")) in LIMITS]
     for b in benchmarks:
         if b.get("error_occurred"):
             continue
@@ -96,9 +108,9 @@ def collect(benchmarks):
         threads = threads_of(dict(b, name=name))
         if place is None or threads is None:
             continue
-        if place == "read_limit":
-            m = re.search(r"read_limit_([A-Za-z0-9]+)", name)
-            place = "read_limit:" + (m.group(1) if m else "")
+        if place in LIMITS:
+            m = re.search(place + r"_([A-Za-z0-9]+)", name)
+            place = place + ":" + (m.group(1) if m else "")
         kind = b.get("run_type", "iteration")
         agg = b.get("aggregate_name")
         for key in ("speedup", "fraction_of_limit", "GBps"):
@@ -118,16 +130,16 @@ def collect(benchmarks):
             vals = {k: sum(v) / len(v) for k, v in runs[place][t].items() if v}
             vals.update(medians[place][t])
             target = place
-            if place.startswith("read_limit:"):
-                target = "read_limit"
+            if ":" in place:  # a probe of one of LIMITS
+                target = place.split(":", 1)[0]
                 best = data[target].get(t)
                 if "GBps" not in vals or (best and best.get("GBps", 0) >= vals["GBps"]):
                     continue
                 vals = dict(vals, strategy=place.split(":", 1)[1])
             data[target][t] = vals
-    limit = data.get("read_limit", {})
     for place, per_t in data.items():
         one = per_t.get(1, {}).get("GBps")
+        limit = data.get(place if place in LIMITS else limit_of(place), {})
         for t, vals in per_t.items():
             if "fraction_of_limit" not in vals and "GBps" in vals:
                 ref = limit.get(t, {}).get("GBps")
@@ -139,23 +151,26 @@ def collect(benchmarks):
 
 
 def summary(data):
-    """The comparison as text: per thread count, the limit (best probe), our partitioned kernel and
-    OpenBLAS, medians with cv, and their ratios."""
+    """The comparison as text: per thread count, the limits (best probe on small pages, and on
+    MADV_HUGEPAGE), every row with the limit it is held against, OpenBLAS, medians with cv, and ratios."""
     lines = []
-    limit = data.get("read_limit", {})
-    for t in sorted(limit):
-        lim = limit[t]
-        lines.append(f"threads {t}: read limit {lim['GBps']:.2f} GB/s (best probe: {lim.get('strategy', '?')}, "
-                     f"cv {100 * lim.get('cv', float('nan')):.1f}%)")
+    for t in sorted({t for place in LIMITS for t in data.get(place, {})}):
+        lines.append(f"threads {t}:")
+        for place in LIMITS:
+            lim = data.get(place, {}).get(t)
+            if lim:
+                lines.append(f"  {place:20s} {lim['GBps']:7.2f} GB/s  cv {100 * lim.get('cv', float('nan')):5.1f}%  "
+                             f"(best probe: {lim.get('strategy', '?')})")
         ref = data.get("openblas", {}).get(t, {}).get("GBps")
         for place in ORDER:
-            if place == "read_limit" or t not in data.get(place, {}):
+            if place in LIMITS or t not in data.get(place, {}):
                 continue
             v = data[place][t]
+            lim = data.get(limit_of(place), {}).get(t)
             if "GBps" not in v:
                 continue
-            text = (f"  {place:14s} {v['GBps']:7.2f} GB/s  cv {100 * v.get('cv', float('nan')):5.1f}%  "
-                    f"{v['GBps'] / lim['GBps']:.3f} of limit")
+            text = f"  {place:20s} {v['GBps']:7.2f} GB/s  cv {100 * v.get('cv', float('nan')):5.1f}%  "
+            text += f"{v['GBps'] / lim['GBps']:.3f} of {limit_of(place)}" if lim else f"no {limit_of(place)}"
             if ref and place != "openblas":
                 text += f", {v['GBps'] / ref:.3f} of OpenBLAS"
             lines.append(text)
@@ -185,15 +200,16 @@ def main(argv):
         ts = sorted(data[place])
         for ax, key in ((ax_s, "speedup"), (ax_f, "fraction_of_limit")):
             pts = [(t, data[place][t][key]) for t in ts if key in data[place][t]]
-            if pts and not (key == "fraction_of_limit" and place == "read_limit"):
+            if pts and not (key == "fraction_of_limit" and place in LIMITS):
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], label=place, **STYLE.get(place, {}))
     ax_s.plot([1, max_t], [1, max_t], color="grey", linewidth=0.8, linestyle=":", label="linear")
-    ax_f.axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="read limit")
+    ax_f.axhline(1.0, color="black", linewidth=0.8, linestyle=":", label="read limit (of the same kind of pages)")
 
     ctx = doc.get("context", {})
     host = ctx.get("host_name", "")
     ax_s.set(title="DGEMV speedup vs 1 thread", xlabel="threads", ylabel="speedup")
-    ax_f.set(title="DGEMV bandwidth / read limit (same run)", xlabel="threads", ylabel="fraction of read limit")
+    ax_f.set(title="DGEMV bandwidth / read limit (same run, same kind of pages)", xlabel="threads",
+             ylabel="fraction of read limit")
     ax_f.set_ylim(bottom=0, top=max(1.1, ax_f.get_ylim()[1]))
     for ax in (ax_s, ax_f):
         ax.grid(True, alpha=0.3)

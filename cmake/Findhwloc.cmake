@@ -13,7 +13,11 @@ if(NOT TARGET hwloc::hwloc)
     if(PKG_CONFIG_FOUND)
         pkg_check_modules(PC_hwloc QUIET IMPORTED_TARGET GLOBAL hwloc)
         if(PC_hwloc_FOUND)
-            add_library(hwloc::hwloc ALIAS PkgConfig::PC_hwloc)
+            # A target of its own, not an ALIAS: an export resolves an alias to the aliased name, and
+            # numaplaceTargets.cmake would then name PkgConfig::PC_hwloc, which a consumer without pkg-config
+            # (found hwloc by the plain search below) does not have. hwloc::hwloc exists on every path.
+            add_library(hwloc::hwloc INTERFACE IMPORTED GLOBAL)
+            target_link_libraries(hwloc::hwloc INTERFACE PkgConfig::PC_hwloc)
             set(hwloc_VERSION ${PC_hwloc_VERSION})
         endif()
     endif()

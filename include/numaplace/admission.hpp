@@ -93,6 +93,8 @@ public:
         for (int id : nodes) {
             const auto n = static_cast<std::size_t>(id);
             if (reservation && nodes.size() == 1) {
+                // A reservation left at this address is stale (the range is placed afresh): replace it.
+                erase_range(reinterpret_cast<std::uintptr_t>(reservation), bytes);
                 reservations_.emplace(reinterpret_cast<std::uintptr_t>(reservation), entry{bytes, id});
                 nodes_[n].reserved += bytes;
                 reservation_count_.fetch_add(1, std::memory_order_relaxed);
@@ -107,13 +109,7 @@ public:
     void forget(void* p, std::size_t length) noexcept {
         if (reservation_count_.load(std::memory_order_relaxed) == 0) return;
         std::lock_guard<std::mutex> lock(mutex_);
-        const auto from = reinterpret_cast<std::uintptr_t>(p);
-        auto it = reservations_.lower_bound(from);
-        while (it != reservations_.end() && it->first < from + length) {
-            nodes_[static_cast<std::size_t>(it->second.node)].reserved -= it->second.bytes;
-            it = reservations_.erase(it);
-            reservation_count_.fetch_sub(1, std::memory_order_relaxed);
-        }
+        erase_range(reinterpret_cast<std::uintptr_t>(p), length);
     }
 
     std::mutex& mutex() noexcept { return mutex_; }
@@ -196,23 +192,54 @@ private:
         s.free = (free_kb + file_kb / 2) * 1024;
     }
 
-    // Untouched bytes of node n's reservations (mincore: resident pages are already in MemFree).
-    std::uint64_t untouched(int node) const noexcept {
+    // Drops the reservations that start inside [from, from + length). Never allocates.
+    void erase_range(std::uintptr_t from, std::size_t length) noexcept {
+        auto it = reservations_.lower_bound(from);
+        while (it != reservations_.end() && it->first - from < length) {
+            nodes_[static_cast<std::size_t>(it->second.node)].reserved -= it->second.bytes;
+            it = reservations_.erase(it);
+            reservation_count_.fetch_sub(1, std::memory_order_relaxed);
+        }
+    }
+
+    // Untouched bytes of node n's reservations (mincore: resident pages are already in MemFree). A
+    // reservation whose range is no longer mapped (a caller unmapped its own range without
+    // memory::unmap) is stale: dropped here, so it cannot hold the node's memory forever.
+    std::uint64_t untouched(int node) noexcept {
         const std::size_t page = detail::page_size();
         std::uint64_t sum = 0;
         unsigned char vec[1024];
-        for (const auto& r : reservations_) {
-            if (r.second.node != node) continue;
+        for (auto it = reservations_.begin(); it != reservations_.end();) {
+            const auto& r = *it;
+            if (r.second.node != node) {
+                ++it;
+                continue;
+            }
             const std::size_t pages = (r.second.bytes + page - 1) / page;
+            std::uint64_t mine = 0;
+            bool gone = false;
             for (std::size_t done = 0; done < pages;) {
                 const std::size_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
-                if (detail::os_resident(reinterpret_cast<void*>(r.first + done * page), k * page, vec) != 0) {
-                    sum += (pages - done) * page; // unknown: count as untouched
+                const int err = detail::os_resident(reinterpret_cast<void*>(r.first + done * page), k * page, vec);
+                if (err == ENOMEM && done == 0) { // nothing mapped at its start: unmapped behind our back
+                    gone = true;
                     break;
                 }
-                for (std::size_t i = 0; i < k; ++i) sum += (vec[i] & 1) ? 0 : page;
+                if (err != 0) {
+                    mine += (pages - done) * page; // unknown: count as untouched
+                    break;
+                }
+                for (std::size_t i = 0; i < k; ++i) mine += (vec[i] & 1) ? 0 : page;
                 done += k;
             }
+            if (gone) {
+                nodes_[static_cast<std::size_t>(r.second.node)].reserved -= r.second.bytes;
+                it = reservations_.erase(it);
+                reservation_count_.fetch_sub(1, std::memory_order_relaxed);
+                continue;
+            }
+            sum += mine;
+            ++it;
         }
         return sum;
     }

@@ -89,40 +89,63 @@ namespace memory {
 
 } // namespace memory
 namespace detail {
-/// Ranges whose munmap failed (ENOMEM: splitting a mapping at vm.max_map_count). Their pages were
-/// released with MADV_DONTNEED; the range stays mapped and listed here, the list's link in its own
-/// first bytes (so listing never allocates), until a later `memory::unmap` or `retry_stranded` unmaps it.
-/// A lock-free stack: fork-safe without a hook.
+/// Ranges whose munmap failed (ENOMEM: splitting a mapping at vm.max_map_count). Their pages are
+/// released with MADV_DONTNEED and the range stays listed until a later `memory::unmap` (or
+/// `retry_stranded`) unmaps it. Listed in a fixed table of slots, lock-free (fork-safe without a hook,
+/// never allocates); when the table is full, in a list linked through the ranges' own first bytes (that
+/// first page then stays resident).
 struct stranded_range {
     stranded_range* next;
     std::size_t length;
 };
-inline std::atomic<stranded_range*> stranded{nullptr};
+constexpr std::size_t stranded_slots = 1024;
+inline std::atomic<std::uintptr_t> stranded_start[stranded_slots] = {};
+inline std::atomic<std::size_t> stranded_length[stranded_slots] = {};
+inline std::atomic<stranded_range*> stranded_overflow{nullptr};
 inline std::atomic<std::size_t> stranded_count{0};
 
 inline void strand(void* p, std::size_t length) noexcept {
+    stranded_count.fetch_add(1, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < stranded_slots; ++i) {
+        std::uintptr_t expected = 0;
+        if (stranded_start[i].load(std::memory_order_relaxed) == 0 &&
+            stranded_start[i].compare_exchange_strong(expected, ~std::uintptr_t(0), std::memory_order_acquire)) {
+            os_advise(p, length, page_advice::dont_need);
+            stranded_length[i].store(length, std::memory_order_relaxed);
+            stranded_start[i].store(reinterpret_cast<std::uintptr_t>(p), std::memory_order_release);
+            return;
+        }
+    }
     const std::size_t page = page_size();
     if (length > page) os_advise(static_cast<char*>(p) + page, length - page, page_advice::dont_need);
     auto* r = static_cast<stranded_range*>(p);
     r->length = length;
-    r->next = stranded.load(std::memory_order_relaxed);
-    while (!stranded.compare_exchange_weak(r->next, r, std::memory_order_release, std::memory_order_relaxed)) {
+    r->next = stranded_overflow.load(std::memory_order_relaxed);
+    while (!stranded_overflow.compare_exchange_weak(r->next, r, std::memory_order_release, std::memory_order_relaxed)) {
     }
-    stranded_count.fetch_add(1, std::memory_order_relaxed);
 }
 
 /// \effects tries again to unmap every stranded range; those that still fail stay listed.
 inline void retry_stranded() noexcept {
-    if (stranded.load(std::memory_order_relaxed) == nullptr) return;
-    stranded_range* r = stranded.exchange(nullptr, std::memory_order_acquire);
+    if (stranded_count.load(std::memory_order_relaxed) == 0) return;
+    for (std::size_t i = 0; i < stranded_slots; ++i) {
+        std::uintptr_t start = stranded_start[i].load(std::memory_order_acquire);
+        if (start == 0 || start == ~std::uintptr_t(0)) continue;
+        if (!stranded_start[i].compare_exchange_strong(start, ~std::uintptr_t(0), std::memory_order_acquire)) continue;
+        const std::size_t length = stranded_length[i].load(std::memory_order_relaxed);
+        if (os_unmap(reinterpret_cast<void*>(start), length) == 0) {
+            stranded_start[i].store(0, std::memory_order_release);
+            stranded_count.fetch_sub(1, std::memory_order_relaxed);
+        } else {
+            stranded_start[i].store(start, std::memory_order_release); // still refused: keep it
+        }
+    }
+    stranded_range* r = stranded_overflow.exchange(nullptr, std::memory_order_acquire);
     while (r) {
         stranded_range* next = r->next;
         const std::size_t length = r->length;
-        if (os_unmap(r, length) == 0) stranded_count.fetch_sub(1, std::memory_order_relaxed);
-        else {
-            stranded_count.fetch_sub(1, std::memory_order_relaxed);
-            strand(r, length);
-        }
+        stranded_count.fetch_sub(1, std::memory_order_relaxed);
+        if (os_unmap(r, length) != 0) strand(r, length);
         r = next;
     }
 }
@@ -132,7 +155,7 @@ namespace memory {
 /// \effects unmaps what `map(bytes, ...)` returned and drops its reservations (see `admit`) and anything
 /// recorded for it (see `detail::unmap_observer`). Never allocates. When the kernel refuses to unmap
 /// (ENOMEM at vm.max_map_count), the pages are released with MADV_DONTNEED and the range is kept,
-/// listed, until a later unmap succeeds in unmapping it (`detail::stranded_count()` tells how many).
+/// listed, until a later unmap succeeds in unmapping it (`detail::stranded_count` tells how many).
 inline void unmap(void* p, std::size_t bytes) noexcept {
     if (!p) return;
     const std::size_t length = page_round(bytes == 0 ? 1 : bytes);

@@ -81,6 +81,9 @@ inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const no
     admit_or_throw(p, bytes, mode, nodes, who, origin);
     const int err = memory::bind(p, bytes, mode, nodes, topo);
     if (err == 0) return true;
+    // A strict refusal admits nothing: the range is not placed (and may never be unmapped through
+    // memory::unmap when it is a caller's own).
+    if (fb == fallback::strict && origin == range_origin::fresh) forget_reservations(p, memory::page_round(bytes));
     std::string fell_back = "left to first touch";
     if (fb == fallback::degrade && err == EINVAL && mode == memory::policy_mode::preferred_many) {
         if (memory::bind(p, bytes, memory::policy_mode::preferred, node_set{nodes[0]}, topo) == 0)

@@ -1,10 +1,17 @@
-# Spack recipe for numaplace (header-only). Untested here: this project's machines have no Spack; it is
-# kept minimal and follows Spack's CMakePackage conventions. To use it from a checkout:
-#   spack repo create ~/spack-numaplace && mkdir -p ~/spack-numaplace/packages/numaplace
-#   cp packaging/spack/package.py ~/spack-numaplace/packages/numaplace/ && spack repo add ~/spack-numaplace
-#   spack install numaplace@main       (or ~parallel for numaplace::core only, without oneTBB)
+# Spack recipe for numaplace (header-only), for Spack 1.x (package API v2: spack_repo.builtin.build_systems).
+# To use it from a checkout, in a repository of your own (`spack repo create DIR NAMESPACE` makes
+# DIR/spack_repo/NAMESPACE/ with an empty packages/):
+#   spack repo create ~/spack-numaplace numaplace
+#   mkdir -p ~/spack-numaplace/spack_repo/numaplace/packages/numaplace
+#   cp packaging/spack/package.py ~/spack-numaplace/spack_repo/numaplace/packages/numaplace/
+#   spack repo add ~/spack-numaplace/spack_repo/numaplace
+#   spack install numaplace@main           # or numaplace@main ~parallel: numaplace::core only, no oneTBB
+# Release versions (version("X.Y.Z", sha256=...)) download GitHub's archive of the tag vX.Y.Z; its sha256 can
+# be computed before the tag is pushed (`git archive ... | gzip -n`): packaging/README.md, "Making a release".
 # The unit tests are off by default (+tests builds them; `spack install --test=root` runs them on the host);
 # the multi-node QEMU guest tests are never built here (NUMAPLACE_GUEST_TESTS=OFF).
+from spack_repo.builtin.build_systems.cmake import CMakePackage
+
 from spack.package import *
 
 
@@ -13,13 +20,17 @@ class Numaplace(CMakePackage):
     parallel_for on oneTBB and where() page histograms. Header-only C++17, Linux."""
 
     homepage = "https://github.com/numaplace/numaplace"
+    url = "https://github.com/numaplace/numaplace/archive/refs/tags/v0.1.0.tar.gz"
     git = "https://github.com/numaplace/numaplace.git"
 
     license("MIT")
 
+    # No release yet. At each release add its line here, above main (Spack prefers it to main):
+    #   version("0.1.0", sha256="<sha256sum of numaplace-0.1.0.tar.gz>")   (packaging/README.md)
     version("main", branch="main")
 
     variant("parallel", default=True, description="numaplace::numaplace: parallel_for.hpp on oneTBB")
+    variant("tools", default=False, when="+parallel", description="Install the numaplace-info program")
     variant("tests", default=False, description="Build the unit tests (host only, never the QEMU guests)")
 
     depends_on("cxx", type="build")
@@ -28,17 +39,18 @@ class Numaplace(CMakePackage):
     depends_on("tbb", when="+parallel")  # virtual: intel-tbb (oneTBB from source) or intel-oneapi-tbb
     depends_on("googletest", type="build", when="+tests")
 
-    conflicts("platform=darwin", msg="numaplace uses Linux's mbind/move_pages")
-    conflicts("platform=windows", msg="numaplace uses Linux's mbind/move_pages")
+    requires("platform=linux", msg="numaplace uses Linux's mbind/move_pages")
+    conflicts("~parallel", when="+tests", msg="the unit tests need oneTBB (+parallel)")
 
     def cmake_args(self):
-        args = [
+        return [
+            # ON: configuring fails without oneTBB; OFF: numaplace::core only, and the installed
+            # numaplaceConfig.cmake tells find_package(numaplace) without COMPONENTS core so.
+            self.define_from_variant("NUMAPLACE_PARALLEL", "parallel"),
+            self.define_from_variant("NUMAPLACE_INSTALL_TOOLS", "tools"),
             self.define_from_variant("NUMAPLACE_BUILD_TESTS", "tests"),
             self.define("NUMAPLACE_BUILD_EXAMPLES", False),
             self.define("NUMAPLACE_BUILD_BENCHMARKS", False),
             self.define("NUMAPLACE_GUEST_TESTS", False),
             self.define("NUMAPLACE_INSTALL", True),
         ]
-        if self.spec.satisfies("~parallel"):
-            args.append(self.define("CMAKE_DISABLE_FIND_PACKAGE_TBB", True))
-        return args

@@ -1,8 +1,8 @@
 // The C++17 Allocator requirements with real std containers, for node_allocator, interleaved_allocator,
 // partitioned_allocator and default_init_allocator over each: one typed test per requirement
-// (allocator_requirements/<allocator>.<requirement>), then what only some of them have. Every
-// expectation is computed from topology::get(), so the same binary is exact on one node and in the
-// multi-node guests. The std::pmr resources with std::pmr containers: test_pmr.
+// (allocator_requirements/<n>.<requirement>, TypeParam kind::<allocator>), then what only some of them
+// have (allocator_conformance). Every expectation is computed from topology::get(), so the same binary is
+// exact on one node and in the multi-node guests. The std::pmr resources with std::pmr containers: test_pmr.
 
 #include <numaplace/allocator.hpp>
 #include <numaplace/partition.hpp>
@@ -127,35 +127,44 @@ bool query_works() { return topology::get().capabilities().page_query; }
 fallback binding_fallback() { return binding_works() ? fallback::strict : fallback::degrade; }
 int last_node() { return static_cast<int>(topology::get().size()) - 1; }
 
-// The three allocator families. make<T>(0) and make<T>(1) compare unequal on any topology when
-// `variants_differ()` (different policy / node set / partition size, or fallback on one node).
-struct node_kind {
+// A value with a heap part, to catch double destruction / missed construction in the containers.
+std::string text(int i) { return "value number " + std::to_string(i) + " with a tail longer than SSO"; }
+
+} // namespace
+
+// --- the requirements, one typed test each, for every allocator family --------------------------------
+
+// The type parameters: one per allocator family, named after it (ctest shows the test
+// allocator_requirements.<requirement><kind::node_allocator>). kind::X::alloc<T> is the allocator of T;
+// make<T>(0) and make<T>(1) compare unequal on any topology when `variants_differ()` (different policy /
+// node set / partition size, or fallback on one node).
+namespace kind {
+
+struct node_allocator {
     template <class T>
-    using alloc = node_allocator<T>;
+    using alloc = numaplace::node_allocator<T>;
     template <class T>
     static alloc<T> make(int variant) {
         return variant == 0 ? alloc<T>(on_node(0, node_policy::bind, binding_fallback()))
                             : alloc<T>(on_node(last_node(), node_policy::prefer, fallback::degrade));
     }
     static bool variants_differ() { return true; }
-    static std::string name() { return "node_allocator"; }
 };
 
-struct interleaved_kind {
+struct interleaved_allocator {
     template <class T>
-    using alloc = interleaved_allocator<T>;
+    using alloc = numaplace::interleaved_allocator<T>;
     template <class T>
     static alloc<T> make(int variant) {
         return variant == 0 ? alloc<T>(numaplace::interleaved(topology::get().all(), {}, binding_fallback()))
                             : alloc<T>(numaplace::interleaved(node_set{last_node()}, {}, fallback::degrade));
     }
     static bool variants_differ() { return topology::get().size() > 1 || binding_works(); }
-    static std::string name() { return "interleaved_allocator"; }
 };
 
-struct partitioned_kind {
+struct partitioned_allocator {
     template <class T>
-    using alloc = partitioned_allocator<T>;
+    using alloc = numaplace::partitioned_allocator<T>;
     template <class T>
     static alloc<T> make(int variant) {
         // different edge policies: different layouts (the size of a partition does not matter to the allocator)
@@ -165,39 +174,28 @@ struct partitioned_kind {
                                        fallback::degrade);
     }
     static bool variants_differ() { return true; }
-    static std::string name() { return "partitioned_allocator"; }
 };
 
 // default_init_allocator over each family.
 template <class Kind>
-struct default_init_kind {
+struct default_init {
     template <class T>
-    using alloc = default_init_allocator<typename Kind::template alloc<T>>;
+    using alloc = numaplace::default_init_allocator<typename Kind::template alloc<T>>;
     template <class T>
     static alloc<T> make(int variant) { return alloc<T>(Kind::template make<T>(variant)); }
     static bool variants_differ() { return Kind::variants_differ(); }
-    static std::string name() { return "default_init_" + Kind::name(); }
 };
 
-// A value with a heap part, to catch double destruction / missed construction in the containers.
-std::string text(int i) { return "value number " + std::to_string(i) + " with a tail longer than SSO"; }
-
-} // namespace
-
-// --- the requirements, one typed test each, for every allocator family --------------------------------
+} // namespace kind
 
 template <class Kind>
 class allocator_requirements : public ::testing::Test {};
 
-// node_allocator, interleaved_allocator, partitioned_allocator, and default_init_allocator over each.
-using allocator_kinds = ::testing::Types<node_kind, interleaved_kind, partitioned_kind, default_init_kind<node_kind>,
-                                         default_init_kind<interleaved_kind>, default_init_kind<partitioned_kind>>;
-// Test names say the allocator: allocator_requirements/node_allocator.std_vector_grows_erases_copies_and_moves.
-struct kind_name {
-    template <class Kind>
-    static std::string GetName(int) { return Kind::name(); }
-};
-TYPED_TEST_SUITE(allocator_requirements, allocator_kinds, kind_name);
+using allocator_kinds =
+    ::testing::Types<kind::node_allocator, kind::interleaved_allocator, kind::partitioned_allocator,
+                     kind::default_init<kind::node_allocator>, kind::default_init<kind::interleaved_allocator>,
+                     kind::default_init<kind::partitioned_allocator>>;
+TYPED_TEST_SUITE(allocator_requirements, allocator_kinds);
 
 // --- containers doing real work -------------------------------------------------------------------
 

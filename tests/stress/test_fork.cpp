@@ -1,10 +1,12 @@
-// Fork, across every component (tests/stress: what it attacks is the process, not one header). Fork while
-// other threads hold numaplace's process-wide locks (interning registries, the placed-buffer
+// Fork attacks, across every component (tests/stress: what they attack is the process, not one header).
+// Fork while other threads hold numaplace's process-wide locks (interning registries, the placed-buffer
 // record, the degradation log): the child's only thread must still build partitions and placements,
 // allocate partitioned memory and record degradations without deadlocking (detail/fork.hpp).
 // A child that deadlocks is killed by its alarm and fails the test.
 
+#include <numaplace/admission.hpp>
 #include <numaplace/allocator.hpp>
+#include <numaplace/diagnostics.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/where.hpp>
 #include <numaplace/partition.hpp>
@@ -103,7 +105,8 @@ const bool first_use_try_ran = [] {
 TEST(fork_attack, fork_while_another_thread_makes_the_globals_for_the_first_time) {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(_GLIBCXX_DEBUG)
     // The thread making the globals calls malloc and builds containers: not fork-safe under GCC 12's
-    // sanitizer allocators nor libstdc++'s debug mode (see fork_attack.child_of_busy_process_does_not_deadlock_on_registries).
+    // sanitizer allocators nor libstdc++'s debug mode (see
+    // fork_attack.child_of_busy_process_does_not_deadlock_on_registries).
     GTEST_SKIP() << "the runtime's allocator or debug-mode containers are not fork-safe here";
 #endif
     ASSERT_FALSE(first_use_try_ran);
@@ -125,6 +128,43 @@ TEST(fork_attack, fork_while_another_thread_makes_the_globals_for_the_first_time
         EXPECT_EQ(code, 0) << "delay " << delay << " us (255: the child hung)";
     }
     EXPECT_EQ(failures, 0);
+}
+
+// A fork before any use of numaplace makes nothing: fork hooks take locks only, so a program that links
+// numaplace and forks (a shell-out, a daemon) loads no hwloc topology and probes no capability inside
+// fork(), and a child that changes its sandbox probes its own capabilities later. Run in a fresh process
+// (static initialisation, before main), where nothing has used numaplace yet.
+namespace {
+const bool fork_before_use_ran = [] {
+    if (!std::getenv("NUMAPLACE_FORK_BEFORE_USE")) return false;
+    auto made = [] {
+        return np::topology::system_cell().peek() != nullptr || np::detail::degradation_log::cell().peek() != nullptr ||
+               np::detail::capacity::cell().peek() != nullptr || np::detail::placed_buffers::cell().peek() != nullptr ||
+               np::detail::node_pools_cell().peek() != nullptr;
+    };
+    if (made()) _exit(3); // something was made before main: the check below would prove nothing
+    const pid_t pid = fork();
+    if (pid == 0) _exit(made() ? 4 : 0);
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status)) _exit(5);
+    if (WEXITSTATUS(status) != 0) _exit(WEXITSTATUS(status));
+    _exit(made() ? 6 : 0);
+}();
+} // namespace
+
+TEST(fork_attack, a_fork_before_any_use_makes_nothing) {
+    ASSERT_FALSE(fork_before_use_ran);
+    const pid_t pid = fork();
+    ASSERT_NE(pid, -1);
+    if (pid == 0) {
+        ::setenv("NUMAPLACE_FORK_BEFORE_USE", "1", 1);
+        ::execl("/proc/self/exe", "test_fork", "--gtest_list_tests", static_cast<char*>(nullptr));
+        _exit(253);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "3: made before main; 4: made in the child; 6: made in the parent by fork";
 }
 
 TEST(fork_attack, child_of_busy_process_does_not_deadlock_on_registries) {
@@ -214,7 +254,8 @@ TEST(fork_attack, child_after_one_tbb_started_uses_non_tbb_calls) {
     });
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
     // Under GCC 12's sanitizers fork only once the thread is past its start-up (its thread cache made with
-    // malloc): the runtimes' allocators are not fork-safe (see fork_attack.child_of_busy_process_does_not_deadlock_on_registries).
+    // malloc): the runtimes' allocators are not fork-safe (see
+    // fork_attack.child_of_busy_process_does_not_deadlock_on_registries).
     while (!steady) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 #endif
     int failures = 0;

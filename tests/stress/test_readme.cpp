@@ -1,5 +1,6 @@
-// Across every component (tests/stress): programs written from the README alone (DGEMV by rows, the allocator snippets, parallel_reduce,
-// where/locality), checked for exact results; plus weighted interleave with zero weights.
+// README attacks, across every component (tests/stress): programs written from the README alone (DGEMV
+// by rows, the allocator snippets, parallel_reduce, where/locality), checked for exact results; plus
+// weighted interleave with zero weights.
 
 #include <numaplace/numaplace.hpp>
 

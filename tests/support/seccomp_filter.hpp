@@ -34,6 +34,24 @@ inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
 }
 
+/// Installs a filter on the calling thread under which `mbind` fails with EINVAL whenever its mode
+/// argument has any bit of `mode_flags` set, as on a kernel that does not know those mode flags (e.g.
+/// MPOL_F_NUMA_BALANCING, 1 << 13, before Linux 5.12). Everything else is allowed. \returns false with
+/// errno set if it could not.
+inline bool refuse_mbind_mode_flags_with_einval(unsigned mode_flags) {
+    const unsigned mode_low = static_cast<unsigned>(offsetof(seccomp_data, args) + 2 * sizeof(__u64)); // little endian
+    std::vector<sock_filter> prog{
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(SYS_mbind), 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, mode_low),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, mode_flags, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EINVAL & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
+}
+
 } // namespace numaplace_test
 
 #endif

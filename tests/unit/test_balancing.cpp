@@ -176,3 +176,63 @@ TEST(balancing_attack, bad_ranges) {
     EXPECT_THROW(np::bind_with_balancing(aligned, page, np::node_set{}), np::invalid_placement);
     EXPECT_TRUE(np::bind_with_balancing(aligned, 0, all));
 }
+
+// One contract for binding with NUMA balancing (bind_with_balancing and place_pages(bind_balancing)), on
+// a simulated kernel older than 5.12 (mbind with MPOL_F_NUMA_BALANCING fails with EINVAL): admitted
+// once, strict throws EINVAL, degrading binds plainly and says so.
+TEST(balancing, one_contract_on_a_kernel_without_the_flag) {
+    if (!topology::get().capabilities().memory_binding) GTEST_SKIP() << "mbind refused here";
+    const std::size_t page = detail::page_size();
+    // More than half of what node 0 can take: a second admission of the same request would refuse it.
+    std::uint64_t free_kb = 0;
+    {
+        std::FILE* f = std::fopen(("/sys/devices/system/node/node" + std::to_string(topology::get().at(0).os_index) + "/meminfo").c_str(), "r");
+        ASSERT_NE(f, nullptr);
+        char line[256];
+        while (std::fgets(line, sizeof line, f))
+            if (const char* at = std::strstr(line, "MemFree:")) std::sscanf(at + 8, "%llu", reinterpret_cast<unsigned long long*>(&free_kb));
+        std::fclose(f);
+    }
+    const std::size_t bytes = static_cast<std::size_t>(free_kb * 1024 / 10 * 6) / page * page;
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (!numaplace_test::refuse_mbind_mode_flags_with_einval(detail::mpol_f_numa_balancing)) _exit(90);
+        int code = 0;
+        try {
+            for (int way = 0; way < 2 && code == 0; ++way) {
+                void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                if (p == MAP_FAILED) _exit(91);
+                auto bind = [&](fallback fb) {
+                    return way == 0 ? bind_with_balancing(p, bytes, node_set{0}, fb)
+                                    : place_pages(p, bytes, memory::policy_mode::bind_balancing, node_set{0}, fb);
+                };
+                try {
+                    bind(fallback::strict);
+                    code = 10;
+                } catch (const placement_error& e) {
+                    if (e.error_number() != EINVAL) code = 11;
+                }
+                const std::size_t before = degradation_count();
+                if (code == 0 && bind(fallback::degrade)) code = 12;
+                if (code == 0 && degradation_count() != before + 1) code = 13;
+                bool said = false;
+                for (const auto& m : degradations()) said |= m.find("without NUMA balancing") != std::string::npos;
+                if (code == 0 && !said) code = 14;
+                int mode = -1;
+                unsigned long mask[16] = {};
+                if (code == 0 && (::syscall(SYS_get_mempolicy, &mode, mask, sizeof mask * 8, p, 2 /*MPOL_F_ADDR*/) != 0 ||
+                                  mode != detail::mpol_bind))
+                    code = 15; // bound plainly: MPOL_BIND, no flag
+                ::munmap(p, bytes);
+            }
+        } catch (const std::exception& e) {
+            std::fprintf(stderr, "child: %s\n", e.what());
+            code = 92; // e.g. ENOMEM: admitted twice
+        }
+        _exit(code);
+    }
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+}

@@ -5,6 +5,7 @@
 // status (never a timing) is asserted. The pmr resources' own boundaries and alignments: test_pmr;
 // requests larger than the free memory of a node (admission): test_memory.
 #include <numaplace/allocator.hpp>
+#include <numaplace/diagnostics.hpp>
 #include <numaplace/pmr.hpp>
 #include <numaplace/where.hpp>
 

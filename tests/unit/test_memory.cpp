@@ -287,3 +287,90 @@ TEST(admission, near_full_fills_of_the_memory_only_node_throw_never_kill) {
         EXPECT_EQ(code, 0) << bytes << " bytes: 2 = wrong errno, 3 = refused too early, 137 = OOM-killed";
     }
 }
+
+// At the kernel's mapping limit (vm.max_map_count), unmapping part of a mapping needs one more mapping
+// and fails with ENOMEM. memory::unmap then releases the pages (MADV_DONTNEED), keeps the range listed,
+// and unmaps it at a later unmap, once mappings are free again: no freed block stays resident unseen.
+TEST(memory, unmap_at_the_mapping_limit_releases_the_pages_and_unmaps_later) {
+    const int code = run_child([] {
+        std::size_t limit = 0;
+        if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+            unsigned long v = 0;
+            if (std::fscanf(f, "%lu", &v) == 1) limit = v;
+            std::fclose(f);
+        }
+        if (limit == 0 || limit > 1000000) return 77; // cannot fill the map count here
+        const std::size_t page = detail::page_size();
+        char* block = static_cast<char*>(memory::map(3 * page));
+        std::memset(block, 1, 3 * page);
+        // Fill the map count: single pages of alternating protection never merge.
+        std::vector<void*> filler;
+        for (std::size_t i = 0;; ++i) {
+            void* p = ::mmap(nullptr, page, (i % 2) ? PROT_READ : PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (p == MAP_FAILED) break;
+            filler.push_back(p);
+            if (filler.size() > limit + 10) return 10; // the limit did not hold
+        }
+        // The middle page: unmapping it would split the block's mapping in two.
+        const std::size_t before = detail::stranded_count.load();
+        memory::unmap(block + page, page);
+        if (detail::stranded_count.load() != before + 1) return 11;
+        unsigned char vec[1] = {1};
+        if (::mincore(block + page, page, vec) != 0) return 12; // still mapped
+        if (vec[0] & 1) return 13;                               // but its page was released
+        // Free mappings, then any unmap retries the stranded range.
+        for (std::size_t i = 0; i < 16; ++i) ::munmap(filler[i], page);
+        void* other = memory::map(page);
+        memory::unmap(other, page);
+        if (detail::stranded_count.load() != before) return 14;
+        if (::mincore(block + page, page, vec) == 0 || errno != ENOMEM) return 15; // gone now
+        return 0;
+    });
+    if (code == 77) GTEST_SKIP() << "vm.max_map_count unreadable or too large to fill in a test";
+    EXPECT_EQ(code, 0);
+}
+
+// A reservation whose range the caller unmapped itself (without memory::unmap) is dropped when the
+// accounting re-reads the node, so it cannot hold the node's memory forever.
+TEST(admission, a_reservation_unmapped_behind_its_back_is_dropped) {
+    const node& n = topology::get().nodes().front();
+    if (!topology::get().capabilities().memory_binding) GTEST_SKIP() << "mbind refused here";
+    const std::size_t page = detail::page_size();
+    const int code = run_child([&] {
+        // 3/5 of the node's free memory, three times over a caller's own range that it then unmaps (a
+        // fresh mapping elsewhere each time: the old ranges stay unmapped): without the drop, the second
+        // round would find the first one's reservation still holding the node.
+        std::uint64_t free_kb = 0, file_kb = 0;
+        if (std::FILE* f = std::fopen(("/sys/devices/system/node/node" + std::to_string(n.os_index) + "/meminfo").c_str(), "r")) {
+            char line[256];
+            unsigned long long v = 0;
+            while (std::fgets(line, sizeof line, f)) {
+                const char* colon = std::strchr(line, ':');
+                if (!colon || std::sscanf(colon + 1, "%llu", &v) != 1) continue;
+                if (std::strstr(line, "MemFree:")) free_kb = v;
+                else if (std::strstr(line, "(file):")) file_kb += v;
+            }
+            std::fclose(f);
+        }
+        if (free_kb == 0) return 77;
+        const std::size_t bytes = static_cast<std::size_t>((free_kb + file_kb / 2) * 1024 / 5 * 3) / page * page;
+        std::vector<void*> guards; // keep each unmapped range's address from being mapped again
+        for (int round = 0; round < 3; ++round) {
+            void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) return 20;
+            try {
+                place_pages(p, bytes, memory::policy_mode::bind, node_set{n.id}, fallback::strict);
+            } catch (const placement_error& e) {
+                std::fprintf(stderr, "round %d: %s\n", round, e.what());
+                return 21 + round;
+            }
+            ::munmap(p, bytes);
+            // occupy the address with a mapping of another kind: the stale reservation is not reused
+            void* g = ::mmap(p, page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if (g != MAP_FAILED) guards.push_back(g);
+        }
+        return 0;
+    });
+    if (code == 77) GTEST_SKIP() << "node memory unknown";
+    EXPECT_EQ(code, 0);
+}

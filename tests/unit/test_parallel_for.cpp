@@ -2,6 +2,7 @@
 // checks are trivially node 0; in the multi-node guests each block must run on its node's CPUs.
 #include <numaplace/allocator.hpp>
 #include <numaplace/arenas.hpp>
+#include <numaplace/diagnostics.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/where.hpp>
 

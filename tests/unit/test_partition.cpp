@@ -1,6 +1,7 @@
-// partition.hpp and basic_partition.hpp: the typed, pure, carried split of [0,n) units over nodes. Exact on any topology:
-// expectations are computed from the arguments (synthetic/XML topologies, explicit page geometry), and a
-// randomized property test checks 100000 partitions against an independent oracle.
+// partition.hpp and basic_partition.hpp: the typed, pure, carried split of [0,n) units over nodes. Exact
+// on any topology: expectations are computed from the arguments (synthetic/XML topologies, explicit page
+// geometry), and a randomized property test checks 100000 partitions against an independent oracle.
+// partition_attack: boundaries, value semantics and interning from many threads.
 
 #include <numaplace/basic_partition.hpp>
 #include <numaplace/partition.hpp>

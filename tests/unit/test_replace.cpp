@@ -1,4 +1,5 @@
 #include <numaplace/allocator.hpp>
+#include <numaplace/diagnostics.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/replace.hpp>
 #include <numaplace/where.hpp>
@@ -138,7 +139,9 @@ TEST(replace, aligned_buffer_block_pages_exact_and_policy_places_later_faults) {
     auto* d = static_cast<double*>(map_aligned(n * sizeof(double), std::size_t(2) << 20));
     const std::size_t half = n / 2; // touch only the first half: the rest is faulted after the replace
     for (std::size_t i = 0; i < half; ++i) d[i] = static_cast<double>(i);
-    replace_report r = replace(d, part);
+    replace_options keep; // the caller's own mapping: the policy only when asked for
+    keep.keep_policy = true;
+    replace_report r = replace(d, part, fallback::strict, keep);
     EXPECT_TRUE(r.complete()) << r.summary();
     EXPECT_TRUE(r.policy_kept);
     EXPECT_EQ(r.untouched, (n - half) * sizeof(double) / page);
@@ -250,7 +253,9 @@ TEST(replace, boundaries_empty_one_byte_page_minus_one_unaligned) {
     EXPECT_EQ(r.pages, 1u);
     r = replace(p + 1, page, on_node(0));
     EXPECT_EQ(r.pages, 2u);
-    r = replace(p, page, on_node(0));
+    replace_options keep; // the caller's own mapping: the policy only when asked for
+    keep.keep_policy = true;
+    r = replace(p, page, on_node(0), keep);
     EXPECT_EQ(r.pages, 1u);
     EXPECT_TRUE(r.policy_kept);
     r = replace(p + page - 1, 2 * page + 2, on_node(0)); // spans 4 pages partly
@@ -364,8 +369,10 @@ TEST(replace, seccomp_eperm_on_mbind_strict_throws_degrading_reports_policy) {
     int code = numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [] {
         std::vector<double> v(100000, 2.0);
         const partition<double> part(v.size());
+        replace_options keep; // a std::vector: the policy only when asked for
+        keep.keep_policy = true;
         try {
-            replace(v, part);
+            replace(v, part, fallback::strict, keep);
             return 10;
         } catch (const replace_error& e) {
             if (e.report().policy_errno != EPERM || e.report().policy_kept) return 11;
@@ -373,7 +380,7 @@ TEST(replace, seccomp_eperm_on_mbind_strict_throws_degrading_reports_policy) {
             if (!e.report().done()) return 13;
         }
         const std::size_t before = degradation_count();
-        replace_report r = replace(v, part, fallback::degrade);
+        replace_report r = replace(v, part, fallback::degrade, keep);
         if (r.policy_errno != EPERM || r.complete()) return 14;
         if (degradation_count() != before + 1) return 15;
         replace_options no_policy;
@@ -490,7 +497,9 @@ TEST(replace, one_vma_per_block_and_no_further_split) {
     const partition<double> part(n, topo.all(), std::vector<std::size_t>(topo.size(), 1), edge_alignment::page);
     auto* d = static_cast<double*>(map_aligned(n * sizeof(double), page));
     for (std::size_t i = 0; i < n; ++i) d[i] = static_cast<double>(i) + 0.25;
-    replace_report r = replace(d, part);
+    replace_options keep; // the caller's own mapping: the policy (one VMA per block) only when asked for
+    keep.keep_policy = true;
+    replace_report r = replace(d, part, fallback::strict, keep);
     EXPECT_TRUE(r.complete()) << r.summary();
     EXPECT_EQ(r.moved + r.in_place + r.untouched, r.pages);
     const auto per_node = check_pages(d, n, part.blocks());
@@ -501,13 +510,13 @@ TEST(replace, one_vma_per_block_and_no_further_split) {
     }
     EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty) << "more VMAs than blocks";
     // Again by the same partition: nothing splits further.
-    r = replace(d, part);
+    r = replace(d, part, fallback::strict, keep);
     EXPECT_TRUE(r.complete());
     EXPECT_EQ(r.moved, 0u);
     EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty);
     for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(d[i], static_cast<double>(i) + 0.25);
     // Another partition: still one VMA per block (adjacent equal policies merge).
-    r = replace(d, partition<double>(n, topo.with_cpus(), {}, edge_alignment::page));
+    r = replace(d, partition<double>(n, topo.with_cpus(), {}, edge_alignment::page), fallback::strict, keep);
     EXPECT_EQ(vmas_over(d, n * sizeof(double)), topo.with_cpus().size());
     memory::unmap(d, n * sizeof(double));
 }
@@ -606,4 +615,242 @@ TEST(replace_attack, raw_ranges_at_the_edges) {
     for (std::size_t i = 2 * page; i < 4 * page; ++i) ASSERT_EQ(m[i], static_cast<char>(i % 251));
     ::munmap(m, page);
     ::munmap(m + 2 * page, 2 * page);
+}
+
+// Issue 18, items 3, 5, 9 and 10: what the outside suites found in replace().
+namespace {
+// The kernel's policy of the mapping at `addr` (MPOL_DEFAULT 0, MPOL_BIND 2, ...), or -1.
+int policy_at(const void* addr) {
+    int mode = -1;
+    if (::syscall(SYS_get_mempolicy, &mode, nullptr, 0ul, const_cast<void*>(addr), 2ul /* MPOL_F_ADDR */) != 0) return -1;
+    return mode;
+}
+// A node of `topo` other than `node` (or `node` on one node).
+int other_than(int node) {
+    for (int id : topology::get().all())
+        if (id != node) return id;
+    return node;
+}
+} // namespace
+
+TEST(replace, huge_pages_at_the_range_ends_move_nothing_outside_the_range) {
+    if (!multi_node()) GTEST_SKIP() << "needs two nodes (one node: nothing moves)";
+    const std::size_t huge = detail::huge_page_size();
+    const std::size_t bytes = 4 * huge;
+    auto* d = static_cast<char*>(map_aligned(bytes, huge));
+    ::madvise(d, bytes, MADV_HUGEPAGE); // huge pages where THP is on: the ranges below start and end inside them
+    for (std::size_t i = 0; i < bytes; ++i) d[i] = static_cast<char>(i % 251);
+    const int home = page_node(d);
+    ASSERT_GE(home, 0);
+    const int other = other_than(home);
+    const auto base = reinterpret_cast<std::uintptr_t>(d);
+    // Two ranges, each with a partial first and last page: across the edge of huge pages 1 and 2, and
+    // inside huge page 3.
+    const std::pair<std::size_t, std::size_t> ranges[] = {{huge + huge / 2 + 8, 2 * huge + huge / 2 - 8},
+                                                           {3 * huge + 100 * page + 8, 3 * huge + 300 * page - 8}};
+    for (const auto& range : ranges) {
+        const replace_report r = replace(d + range.first, range.second - range.first, on_node(other));
+        EXPECT_TRUE(r.complete()) << r.summary();
+    }
+    std::size_t outside_moved = 0, inside_not_moved = 0;
+    for (std::uintptr_t a = base; a < base + bytes; a += page) {
+        bool inside = false; // the page overlaps a range (partial first and last pages included)
+        for (const auto& range : ranges) inside = inside || (a + page > base + range.first && a < base + range.second);
+        const int n = page_node(reinterpret_cast<void*>(a));
+        (inside ? inside_not_moved : outside_moved) += n != (inside ? other : home);
+    }
+    EXPECT_EQ(outside_moved, 0u) << "pages outside the ranges moved with a huge page";
+    EXPECT_EQ(inside_not_moved, 0u);
+    // Then the neighbour before the first range to `other`, and that range back home: neither drags the
+    // other's pages along.
+    replace(d, ranges[0].first - 8, on_node(other));
+    replace(d + ranges[0].first, ranges[0].second - ranges[0].first, on_node(home));
+    std::size_t neighbour_off = 0, range_off = 0;
+    for (std::uintptr_t a = base; a + page <= base + ranges[0].first; a += page)
+        neighbour_off += page_node(reinterpret_cast<void*>(a)) != other;
+    for (std::uintptr_t a = (base + ranges[0].first) / page * page; a < base + ranges[0].second; a += page)
+        range_off += page_node(reinterpret_cast<void*>(a)) != home;
+    EXPECT_EQ(neighbour_off, 0u);
+    EXPECT_EQ(range_off, 0u);
+    for (std::size_t i = 0; i < bytes; ++i) ASSERT_EQ(d[i], static_cast<char>(i % 251)) << i;
+    memory::unmap(d, bytes);
+}
+
+TEST(replace, a_partition_of_another_topology_leaves_the_container_as_it_was) {
+    const auto eight = topology::from_synthetic("pack:8 numa:1 core:1 pu:1");
+    const std::size_t n = (4u << 20) / sizeof(double);
+    const partition<double> foreign(n, *eight); // nodes 0..7: more than this machine (or guest) has
+    ASSERT_GT(foreign.nodes().size(), topology::get().size());
+    partitioned_vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<double>(i); // one thread: pages by the policy
+    const partition<double> before = partition_of(v);
+    const partition_locality local_before = where(v.data(), before);
+    std::vector<int> nodes_before;
+    for (std::size_t i = 0; i < n * sizeof(double) / page; ++i) nodes_before.push_back(page_node(v.data() + i * page / sizeof(double)));
+    EXPECT_THROW(replace(v, foreign), unknown_node);
+    EXPECT_THROW(replace(v, foreign, fallback::degrade), unknown_node);
+    // The record, so what partition_of, parallel_for and first_touch follow, is the allocator's still.
+    const partition<double> after = partition_of(v);
+    EXPECT_EQ(after, before);
+    EXPECT_TRUE(after.untyped().same_layout(before.untyped()));
+    for (const auto& b : after.blocks()) EXPECT_LT(static_cast<std::size_t>(b.node), topology::get().size());
+    const partition_locality local_after = where(v.data(), after);
+    EXPECT_EQ(local_after.local, local_before.local);
+    EXPECT_EQ(local_after.remote, local_before.remote);
+    for (std::size_t i = 0; i < nodes_before.size(); ++i)
+        EXPECT_EQ(page_node(v.data() + i * page / sizeof(double)), nodes_before[i]) << "page " << i << " moved";
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], static_cast<double>(i));
+    // Raw memory: no policy set and no page moved before the throw either.
+    std::vector<double> plain(n, 1.0);
+    const int plain_node = page_node(plain.data() + page / sizeof(double));
+    replace_options keep;
+    keep.keep_policy = true;
+    EXPECT_THROW(replace(plain.data(), foreign, fallback::strict, keep), unknown_node);
+    EXPECT_THROW(replace(plain, foreign, fallback::degrade, keep), unknown_node);
+    EXPECT_EQ(policy_at(plain.data() + page / sizeof(double)), 0) << "a policy was set before the throw";
+    EXPECT_EQ(page_node(plain.data() + page / sizeof(double)), plain_node);
+}
+
+TEST(replace, pages_not_mapped_are_failures_not_untouched) {
+    const int node = topology::get().with_cpus()[0];
+    const on_node degrading(node, node_policy::bind, fallback::degrade);
+    replace_options no_policy;
+    no_policy.keep_policy = false;
+    // A hole of 3 pages in 8.
+    auto* m = static_cast<char*>(map_aligned(8 * page, page));
+    std::memset(m, 5, 8 * page);
+    ASSERT_EQ(::munmap(m + 2 * page, 3 * page), 0);
+    replace_report r = replace(m, 8 * page, degrading, no_policy);
+    EXPECT_EQ(r.pages, 8u);
+    EXPECT_TRUE(r.done());
+    EXPECT_FALSE(r.complete()) << r.summary();
+    EXPECT_EQ(r.failed(EFAULT), 3u) << r.summary();
+    EXPECT_EQ(r.untouched, 0u);
+    EXPECT_EQ(r.moved + r.in_place, 5u);
+    EXPECT_EQ(r.moved + r.in_place + r.untouched + r.failed_pages(), r.pages);
+    EXPECT_NE(r.summary().find("not mapped"), std::string::npos) << r.summary();
+    try {
+        replace(m, 8 * page, on_node(node), no_policy);
+        ADD_FAILURE() << "a strict replace over a hole returned";
+    } catch (const replace_error& e) {
+        EXPECT_EQ(e.error_number(), EFAULT);
+        EXPECT_EQ(e.report().failed(EFAULT), 3u);
+    }
+    ::munmap(m, 2 * page);
+    ::munmap(m + 5 * page, 3 * page);
+    // Address 0 (never mapped): every page failed, none untouched.
+    r = replace(nullptr, 256 * page, degrading, no_policy);
+    EXPECT_FALSE(r.complete());
+    EXPECT_EQ(r.failed(EFAULT), 256u) << r.summary();
+    EXPECT_EQ(r.untouched, 0u);
+    // Mapped and never touched: untouched, complete (Linux 6.1 answers -EFAULT for these too).
+    auto* u = static_cast<char*>(map_aligned(4 * page, page));
+    r = replace(u, 4 * page, degrading, no_policy);
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(r.untouched, 4u);
+    memory::unmap(u, 4 * page);
+}
+
+TEST(replace, a_range_in_the_last_page_of_the_address_space_keeps_no_policy) {
+    const std::uintptr_t last_page = std::numeric_limits<std::uintptr_t>::max() - page + 1;
+    replace_options keep;
+    keep.keep_policy = true;
+    for (std::uintptr_t begin : {last_page, last_page + 16, last_page - 2 * page + 8})
+        for (std::size_t bytes : {std::size_t(1), std::size_t(16), page - 16, page, 2 * page, 3 * page}) {
+            try {
+                const replace_report r = replace(reinterpret_cast<const void*>(begin), bytes,
+                                                 on_node(0, node_policy::bind, fallback::degrade), keep);
+                EXPECT_FALSE(r.policy_kept) << begin << " + " << bytes << ": " << r.summary();
+                EXPECT_FALSE(r.complete()) << begin << " + " << bytes << ": " << r.summary();
+            } catch (const invalid_placement&) { // runs past the end of the address space
+            }
+        }
+}
+
+TEST(replace, page_budget_bounds_the_scan_of_a_long_sparse_range) {
+    const std::size_t tib = std::size_t(1) << 40, pages = tib / page;
+    // 1 TiB of address space with one page mapped: reserved, then all but the first page unmapped.
+    void* area = ::mmap(nullptr, tib, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (area == MAP_FAILED) GTEST_SKIP() << "cannot reserve 1 TiB of address space";
+    auto* p = static_cast<char*>(area);
+    ASSERT_EQ(::munmap(p + page, tib - page), 0);
+    ASSERT_EQ(::mprotect(p, page, PROT_READ | PROT_WRITE), 0);
+    p[0] = 1;
+    const on_node here(std::max(page_node(p), 0), node_policy::bind, fallback::degrade);
+    std::size_t batches = 0;
+    replace_options o;
+    o.progress = [&](const replace_progress&) { return ++batches < 100; };
+    replace_report r = replace(p, tib, here, o); // the hole costs nothing: crossed in one step
+    EXPECT_TRUE(r.done()) << r.summary();
+    // A few batches (more only if something, e.g. a sanitizer's allocator, maps into the hole meanwhile);
+    // before, 65,536 batches and 12.8 s.
+    EXPECT_LE(batches, 20u);
+    EXPECT_GE(r.in_place + r.moved, 1u);
+    EXPECT_GT(r.failed(EFAULT), pages - pages / 16) << r.summary();
+    EXPECT_EQ(r.in_place + r.moved + r.untouched + r.failed_pages(), pages);
+    ::munmap(p, page);
+    // 1 TiB mapped, one page touched: a page budget bounds the pages queried per call.
+    void* q = ::mmap(nullptr, tib, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (q == MAP_FAILED) GTEST_SKIP() << "cannot map 1 TiB without reserve";
+    static_cast<char*>(q)[0] = 1;
+    replace_options b;
+    b.page_budget = 1000;
+    for (int call = 0; call < 3; ++call) {
+        r = replace(q, tib, here, b);
+        EXPECT_FALSE(r.done());
+        EXPECT_EQ(r.first_page, b.resume_at);
+        EXPECT_GT(r.resume_at, r.first_page);
+        EXPECT_LE(r.resume_at - r.first_page, 64 * b.page_budget) << "pages examined by one call";
+        EXPECT_TRUE(r.failures.empty()) << r.summary();
+        b.resume_at = r.resume_at;
+    }
+    ::munmap(q, tib);
+}
+
+TEST(replace, foreign_memory_keeps_no_policy_so_a_later_malloc_is_not_bound) {
+    const topology& topo = topology::get();
+    const int target = topo.all()[topo.size() - 1];
+    // 25 pages from malloc's heap (below the mmap threshold: freed, the address is reused, not unmapped).
+    const std::size_t bytes = 100 << 10;
+    auto* a = static_cast<char*>(std::malloc(bytes));
+    ASSERT_NE(a, nullptr);
+    std::memset(a, 1, bytes);
+    const char* whole = reinterpret_cast<const char*>(detail::round_up(reinterpret_cast<std::uintptr_t>(a), page));
+    const replace_report r = replace(a, bytes, on_node(target));
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_FALSE(r.policy_kept);
+    EXPECT_EQ(policy_at(whole), 0) << "a policy was left on memory numaplace does not own";
+    std::free(a);
+    auto* b = static_cast<char*>(std::malloc(bytes)); // most likely at a's address
+    ASSERT_NE(b, nullptr);
+    char* b_whole = reinterpret_cast<char*>(detail::round_up(reinterpret_cast<std::uintptr_t>(b), page));
+    const std::size_t b_pages = (reinterpret_cast<std::uintptr_t>(b) + bytes - reinterpret_cast<std::uintptr_t>(b_whole)) / page;
+    EXPECT_EQ(policy_at(b_whole), 0);
+    if (multi_node()) {
+        // New pages of the reused block follow this thread's policy (bound to a node other than the
+        // target), not a policy left from the replaced object.
+        const int home = other_than(target);
+        unsigned long mask = 1ul << topo.at(home).os_index;
+        ASSERT_EQ(::madvise(b_whole, b_pages * page, MADV_DONTNEED), 0);
+        ASSERT_EQ(::syscall(SYS_set_mempolicy, 2 /* MPOL_BIND */, &mask, sizeof mask * 8), 0);
+        std::memset(b_whole, 2, b_pages * page);
+        ::syscall(SYS_set_mempolicy, 0 /* MPOL_DEFAULT */, nullptr, 0ul);
+        for (std::size_t i = 0; i < b_pages; ++i) EXPECT_EQ(page_node(b_whole + i * page), home) << "page " << i;
+    }
+    std::free(b);
+    // Asked for, the policy is set on foreign memory; memory::unbind drops it again.
+    std::vector<double> v((64 * page) / sizeof(double), 1.0);
+    replace_options keep;
+    keep.keep_policy = true;
+    EXPECT_TRUE(replace(v, on_node(target), keep).policy_kept);
+    const auto v_whole = detail::round_up(reinterpret_cast<std::uintptr_t>(v.data()), page);
+    EXPECT_EQ(policy_at(reinterpret_cast<void*>(v_whole)), 2);
+    const auto v_end = reinterpret_cast<std::uintptr_t>(v.data() + v.size()) / page * page;
+    EXPECT_EQ(memory::unbind(reinterpret_cast<void*>(v_whole), v_end - v_whole), 0);
+    EXPECT_EQ(policy_at(reinterpret_cast<void*>(v_whole)), 0);
+    // Memory numaplace owns, a partitioned container's buffer (unmapped with it), keeps the policy.
+    partitioned_vector<double> pv((4u << 20) / sizeof(double), 1.0);
+    const replace_report own = replace(pv, partition<double>(pv.size()));
+    EXPECT_TRUE(own.policy_kept) << own.summary();
+    EXPECT_EQ(policy_at(pv.data()), 2);
 }

@@ -306,3 +306,76 @@ TEST(replicated_attack, loop_inside_replicated_update) {
     });
     EXPECT_EQ(ok.load(), 2);
 }
+
+namespace {
+std::size_t mapping_count() {
+    std::FILE* f = std::fopen("/proc/self/maps", "r");
+    std::size_t n = 0;
+    for (int c; f && (c = std::fgetc(f)) != EOF;) n += c == '\n';
+    if (f) std::fclose(f);
+    return n;
+}
+} // namespace
+
+// Every copy is admitted against its node's free memory before anything is filled: a copy larger than
+// the node can hold is refused with ENOMEM (for every fallback), with nothing left mapped.
+TEST(replicated, a_copy_larger_than_its_node_is_refused_with_enomem) {
+    const node& n = topology::get().nodes().back();
+    if (n.memory == 0) GTEST_SKIP() << "node memory unknown";
+    const std::size_t bytes = static_cast<std::size_t>(n.memory) + page;
+    // The source is never read (refused before the fill): a mapping that reads as zeros costs nothing.
+    void* src = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    ASSERT_NE(src, MAP_FAILED);
+    const std::size_t before = mapping_count();
+    for (fallback fb : {fallback::strict, fallback::degrade}) {
+        try {
+            replicated<char> r(static_cast<const char*>(src), bytes, node_set{n.id}, fb);
+            ADD_FAILURE() << "no throw";
+        } catch (const placement_error& e) {
+            EXPECT_EQ(e.error_number(), ENOMEM);
+            EXPECT_EQ(e.node(), n.id);
+        }
+        EXPECT_EQ(mapping_count(), before);
+    }
+    ::munmap(src, bytes);
+}
+
+// Copies honour alignof(T) above the page size, like the allocators.
+TEST(replicated, copies_are_aligned_to_alignof_t_above_the_page_size) {
+    struct alignas(65536) wide {
+        unsigned char bytes[65536];
+    };
+    std::vector<wide> src(3);
+    for (std::size_t i = 0; i < src.size(); ++i) src[i].bytes[0] = static_cast<unsigned char>(i + 1);
+    for (int round = 0; round < 8; ++round) {
+        replicated<wide> r(src.data(), src.size());
+        for (const auto& c : r.copies()) {
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(c.data) % alignof(wide), 0u);
+            for (std::size_t i = 0; i < src.size(); ++i) EXPECT_EQ(c.data[i].bytes[0], i + 1);
+        }
+    }
+}
+
+// A copy of at least a huge page starts on a huge-page boundary and spans whole huge pages, and a
+// smaller one has huge pages off: no huge page ever covers two copies (with the binding refused, a huge
+// page faulted by one node's arena would otherwise land part of another node's copy there).
+TEST(replicated, no_huge_page_is_shared_by_two_copies) {
+    if (topology::get().capabilities().thp == "never") GTEST_SKIP() << "THP off: nothing to share";
+    const std::size_t huge = detail::huge_page_size();
+    for (std::size_t n : {std::size_t(100), huge / 4 + 1, huge, 3 * huge + 5}) {
+        std::vector<char> src(n, 'x');
+        replicated<char> r(src, topology::get().with_cpus(), fallback::degrade);
+        const auto& cs = r.copies();
+        for (std::size_t a = 0; a < cs.size(); ++a) {
+            const auto pa = reinterpret_cast<std::uintptr_t>(cs[a].data);
+            if (n >= huge) EXPECT_EQ(pa % huge, 0u) << n;
+            for (std::size_t b = 0; b < cs.size(); ++b) {
+                if (a == b) continue;
+                const auto pb = reinterpret_cast<std::uintptr_t>(cs[b].data);
+                const std::uintptr_t last_a = pa + n - 1;
+                // no 2 MiB frame holds bytes of both copies unless huge pages are off on the smaller one
+                if (n >= huge) EXPECT_NE(last_a / huge, pb / huge) << n;
+            }
+        }
+    }
+}

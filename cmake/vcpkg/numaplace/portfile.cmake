@@ -1,27 +1,49 @@
-# vcpkg overlay port for numaplace (header-only). numaplace is not published, so the port builds this
-# repository in place instead of downloading a release:
-#   vcpkg install numaplace --overlay-ports=<repo>/cmake/vcpkg
-# The port directory is <repo>/cmake/vcpkg/numaplace, so the sources are three levels up. To build another
-# checkout set NUMAPLACE_SOURCE_DIR and let it through vcpkg's clean environment:
-#   VCPKG_KEEP_ENV_VARS=NUMAPLACE_SOURCE_DIR NUMAPLACE_SOURCE_DIR=/path/to/numaplace vcpkg install ...
-# vcpkg hashes the port files, not these sources: after changing the sources, `vcpkg remove numaplace` and
-# install again with --no-binarycaching, or the binary cache hands back the older build.
+# vcpkg port for numaplace (header-only; the feature "tools" builds one program, numaplace-info).
+#
+# Where the sources come from (packaging/README.md, "vcpkg"):
+# - overlay port in a numaplace checkout (cmake/vcpkg/numaplace, three levels under the checkout): builds that
+#   checkout in place. vcpkg hashes the port's files, not these sources: after changing the sources,
+#   `vcpkg remove numaplace` and install again with --no-binarycaching, or the binary cache hands back the
+#   older build. To build another checkout, set NUMAPLACE_SOURCE_DIR and let it through vcpkg's clean
+#   environment: VCPKG_KEEP_ENV_VARS=NUMAPLACE_SOURCE_DIR NUMAPLACE_SOURCE_DIR=/path/to/numaplace vcpkg install ...
+# - the port copied out of the checkout (a registry's ports/numaplace): downloads the release tag
+#   v${VERSION} (VERSION is vcpkg.json's "version") with vcpkg_from_github, checked against
+#   numaplace_release_sha512 below. There is no release yet: at the first one, tag it and set the SHA512 of
+#   GitHub's archive of the tag (packaging/README.md, "Making a release", computes it from the tag before it
+#   is pushed). The SHA512 is part of the port, so the ABI hash changes with the sources.
+set(numaplace_release_sha512 "") # SHA512 of https://github.com/numaplace/numaplace/archive/v${VERSION}.tar.gz
+
 if(DEFINED ENV{NUMAPLACE_SOURCE_DIR})
     file(REAL_PATH "$ENV{NUMAPLACE_SOURCE_DIR}" SOURCE_PATH)
-else()
+elseif(EXISTS "${CURRENT_PORT_DIR}/../../../include/numaplace/numaplace.hpp")
     file(REAL_PATH "${CURRENT_PORT_DIR}/../../.." SOURCE_PATH)
+elseif(numaplace_release_sha512)
+    vcpkg_from_github(
+        OUT_SOURCE_PATH SOURCE_PATH
+        REPO numaplace/numaplace
+        REF "v${VERSION}"
+        SHA512 "${numaplace_release_sha512}"
+        HEAD_REF main
+    )
+else()
+    message(FATAL_ERROR "numaplace ${VERSION} has no release archive yet: use the port from a numaplace checkout "
+                        "(--overlay-ports=<checkout>/cmake/vcpkg) or set NUMAPLACE_SOURCE_DIR")
 endif()
 if(NOT EXISTS "${SOURCE_PATH}/include/numaplace/numaplace.hpp")
     message(FATAL_ERROR "numaplace sources not found at '${SOURCE_PATH}' (set NUMAPLACE_SOURCE_DIR)")
 endif()
 
-# Header-only: one configuration is enough, and nothing is compiled.
+# One configuration is enough: the headers are the same, and the one program (numaplace-info) is a tool.
 set(VCPKG_BUILD_TYPE release)
 
-# numaplace[core] (feature "parallel" off): no oneTBB, numaplace::core only.
-if(NOT "parallel" IN_LIST FEATURES)
-    set(feature_options -DCMAKE_DISABLE_FIND_PACKAGE_TBB=ON)
-endif()
+# parallel -> -DNUMAPLACE_PARALLEL=ON: oneTBB is required, configuring fails without it (numaplace[core], the
+# feature off, installs numaplace::core only and its numaplaceConfig.cmake says so to find_package).
+# tools -> -DNUMAPLACE_INSTALL_TOOLS=ON: builds and installs numaplace-info (needs parallel; vcpkg.json).
+vcpkg_check_features(OUT_FEATURE_OPTIONS feature_options
+    FEATURES
+        parallel NUMAPLACE_PARALLEL
+        tools    NUMAPLACE_INSTALL_TOOLS
+)
 
 vcpkg_cmake_configure(
     SOURCE_PATH "${SOURCE_PATH}"
@@ -31,6 +53,8 @@ vcpkg_cmake_configure(
         -DNUMAPLACE_BUILD_EXAMPLES=OFF
         -DNUMAPLACE_BUILD_BENCHMARKS=OFF
         -DNUMAPLACE_INSTALL=ON
+        # numaplace-core.pc has a `Libs:` line (-pthread): vcpkg accepts such .pc files only in lib/pkgconfig.
+        -DNUMAPLACE_INSTALL_PKGCONFIGDIR=lib/pkgconfig
 )
 vcpkg_cmake_install()
 
@@ -38,16 +62,13 @@ vcpkg_cmake_install()
 # uses to find hwloc) to ${CMAKE_INSTALL_DATADIR}/cmake/numaplace; vcpkg wants them in share/numaplace.
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/numaplace)
 
-# numaplace-core.pc and numaplace.pc are installed to share/pkgconfig (architecture-independent), but
-# numaplace-core.pc has a `Libs:` line (-pthread), and vcpkg accepts only .pc files without Libs there:
-# move them to lib/pkgconfig. Without the parallel feature numaplace.pc (which requires tbb) is dropped.
-file(MAKE_DIRECTORY "${CURRENT_PACKAGES_DIR}/lib/pkgconfig")
-file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig/numaplace-core.pc" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig/numaplace-core.pc")
-if("parallel" IN_LIST FEATURES)
-    file(RENAME "${CURRENT_PACKAGES_DIR}/share/pkgconfig/numaplace.pc" "${CURRENT_PACKAGES_DIR}/lib/pkgconfig/numaplace.pc")
+# lib/pkgconfig/numaplace-core.pc, and numaplace.pc with the feature parallel. They are already relocatable
+# (prefix=${pcfiledir}/../..); this checks that pkg-config resolves them against the installed hwloc and tbb.
+vcpkg_fixup_pkgconfig()
+
+if("tools" IN_LIST FEATURES)
+    vcpkg_copy_tools(TOOL_NAMES numaplace-info AUTO_CLEAN) # bin/numaplace-info -> tools/numaplace/
 endif()
-file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/share/pkgconfig")
-vcpkg_fixup_pkgconfig()  # prefix=${pcfiledir}/../.. instead of the absolute packages directory
 
 file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug")  # none with VCPKG_BUILD_TYPE release; never wanted
 

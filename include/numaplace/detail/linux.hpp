@@ -201,7 +201,7 @@ inline policy_probe os_probe_policies(unsigned os_node) noexcept {
 
 // The two sizes below are cached in constant-initialised atomics, not function-local statics: a C++
 // initialisation guard held by another thread at fork() is never released in the child, whose next
-// partition would wait on it forever (test_attack_fork: ForkWhileAnotherThreadMakesTheGlobals...). Two
+// partition would wait on it forever (tests/stress/test_fork.cpp: fork_attack.fork_while_another_thread_makes_the_globals_for_the_first_time). Two
 // threads computing a size at once both store the same value.
 inline std::size_t page_size() noexcept {
     static std::atomic<std::size_t> cached{0};
