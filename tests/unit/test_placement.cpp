@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <child.hpp>
 #include <expect.hpp>
 #include <seccomp.hpp>
 #include <smaps.hpp>
@@ -24,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -383,4 +385,57 @@ TEST(placement_attack, partition_of_across_container_lifecycle) {
     EXPECT_EQ(np::partition_of(w).size(), 0u);
     np::first_touch(v);
     np::first_touch(w);
+}
+
+// Weighted interleave at the edges of size_t: weights whose sum (or products in the fill) would wrap
+// are placed exactly as the weights say, page by page, checked against an independent 128-bit oracle,
+// and never hang (each case runs in a child with a deadline). Needs two nodes (one node reduces any
+// weights to a plain interleave).
+TEST(placement_attack, weighted_interleave_at_size_max_matches_a_128_bit_oracle) {
+    const auto& topo = topology::get();
+    if (topo.size() < 2 || !topo.capabilities().memory_binding || !topo.capabilities().page_query)
+        GTEST_SKIP() << "needs two nodes, binding and page queries";
+    using u128 = detail::wide_uint;
+    const std::size_t page = detail::page_size();
+    const std::size_t max = std::numeric_limits<std::size_t>::max();
+    const std::size_t half = std::size_t(1) << 63;
+    std::vector<std::vector<std::size_t>> cases{{max, 1}, {max, 2}, {half + 1, half - 1}, {1, max}, {max, max - 1},
+                                                {3, 5}, {1, 0}, {0, 7}, {257, 1}, {max / 3, max / 3 + 1}};
+    std::uint64_t seed = 12345;
+    auto next = [&] { return seed = seed * 6364136223846793005ull + 1442695040888963407ull; };
+    for (int i = 0; i < 6; ++i) cases.push_back({next() >> (next() % 64), (next() >> (next() % 64)) | 1});
+    const node_set nodes{0, 1};
+    for (const auto& weights : cases) {
+        const std::size_t pages = 300;
+        const int code = numaplace_test::run_child([&] {
+            interleaved il(nodes, weights);
+            void* p = memory::allocate(pages * page, il);
+            // Oracle: the reduced weights (gcd), clipped to `pages` rounds at most, in 128 bits.
+            u128 g = 0;
+            for (std::size_t w : weights) {
+                u128 a = w, b = g;
+                while (b) { u128 t = a % b; a = b; b = t; }
+                g = a;
+            }
+            std::vector<u128> prefix{0};
+            for (std::size_t w : weights) prefix.push_back(prefix.back() + w / g);
+            const u128 period = prefix.back();
+            std::vector<void*> addr(pages);
+            std::vector<int> status(pages, -1);
+            for (std::size_t i = 0; i < pages; ++i) addr[i] = static_cast<char*>(p) + i * page;
+            if (detail::os_query_pages(pages, addr.data(), status.data()) != 0) return 30;
+            for (std::size_t i = 0; i < pages; ++i) {
+                const u128 at = u128(i) % period;
+                std::size_t k = 0;
+                while (!(prefix[k] <= at && at < prefix[k + 1])) ++k;
+                if (topology::get().from_os_index(static_cast<unsigned>(status[i])) != nodes[k]) {
+                    std::fprintf(stderr, "page %zu: on os node %d, oracle node %d\n", i, status[i], nodes[k]);
+                    return 31;
+                }
+            }
+            memory::unmap(p, pages * page);
+            return 0;
+        }, 30);
+        EXPECT_EQ(code, 0) << "weights " << weights[0] << ", " << weights[1] << " (255: hung)";
+    }
 }
