@@ -20,6 +20,7 @@
 /// order of inclusion.
 
 #include <atomic>
+#include <iterator> // before <mutex>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <mutex>
 #include <new>
 #include <type_traits>

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Tables and issue-20 targets from benchmarks/run_workloads.sh's JSON directory.
+
+Per workload: for each allocator, the median over its rounds (one process each) of the wall time and of
+peak / final resident memory above the process's start (MiB; for numaplace, "released" is after
+numaplace::release_cached_memory() where the library has it). Then numaplace against glibc and against
+the fastest peer (glibc, jemalloc, mimalloc, tbbmalloc), as speed ratios (> 1: numaplace is faster), and
+the targets: speed >= 0.8x glibc, >= 0.5x the best peer (within 2x), peak RSS <= 1.3x glibc's, final
+RSS (after the decay / the release call where measured) within 8 MiB of the start.
+Usage: workloads_summary.py OUT_DIR
+"""
+import glob
+import json
+import os
+import re
+import statistics
+import sys
+
+PEERS = ["glibc", "jemalloc", "mimalloc", "tbbmalloc"]
+ALLOCATORS = PEERS + ["numaplace"]
+ORDER = ["work_buffers", "vector_growth", "map", "producer_consumer", "producer_consumer_oversubscribed",
+         "fragmentation", "larson"]
+UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
+# What the binary should see as malloc in each allocator's process (its JSON context "malloc").
+EXPECTED_MALLOC = {"glibc": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc", "tbbmalloc": "tbbmalloc",
+                   "numaplace": "glibc"}
+
+
+def load(out):
+    runs = {}  # (workload, allocator) -> [dict]
+    warnings = []
+    scales = set()
+    for path in sorted(glob.glob(os.path.join(out, "*.json"))):
+        m = re.match(r"(.+)-(%s)-(\d+)\.json$" % "|".join(ALLOCATORS), os.path.basename(path))
+        if not m:
+            continue
+        workload, alloc = m.group(1), m.group(2)
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, ValueError) as e:
+            warnings.append("%s: %s" % (path, e))
+            continue
+        seen = doc.get("context", {}).get("malloc")
+        if seen and seen != EXPECTED_MALLOC[alloc]:
+            warnings.append("%s: malloc in the process was %s, not %s (preload failed?)" % (
+                os.path.basename(path), seen, EXPECTED_MALLOC[alloc]))
+        for b in doc.get("benchmarks", []):
+            if b.get("error_occurred"):
+                warnings.append("%s: %s" % (os.path.basename(path), b.get("error_message")))
+                continue
+            if "peak_rss_mib" not in b:
+                continue
+            scales.add(b.get("scale", 1.0))
+            final = b["final_rss_mib"]
+            after = b.get("decayed_rss_mib", final)
+            if b.get("release_called"):
+                after = b.get("released_rss_mib", after)
+            runs.setdefault((workload, alloc), []).append({
+                "time": b["real_time"] * UNIT.get(b.get("time_unit", "ns"), 1e-9),
+                "peak": b["peak_rss_mib"],
+                "final": final,
+                "after": after,
+                "measured_after": bool(b.get("release_called")) or "decayed_rss_mib" in b,
+            })
+    return runs, warnings, scales
+
+
+def med(v, key):
+    return statistics.median(x[key] for x in v)
+
+
+def ratio(a, b):
+    return a / b if b else float("inf")
+
+
+def main(argv):
+    if len(argv) != 2:
+        sys.stderr.write("usage: workloads_summary.py OUT_DIR\n")
+        return 2
+    runs, warnings, scales = load(argv[1])
+    if not runs:
+        sys.stderr.write("no workload JSON in %s\n" % argv[1])
+        return 1
+    if scales != {1.0}:
+        print("SMOKE RUN (WORKLOADS_SCALE %s): counts scaled down, numbers not comparable to the issue's\n" %
+              ", ".join("%g" % s for s in sorted(scales)))
+    workloads = sorted({w for w, _ in runs}, key=lambda w: (ORDER.index(w) if w in ORDER else len(ORDER), w))
+    held_all, total_all = 0, 0
+    verdicts = []
+    for w in workloads:
+        med_of = {}
+        print("%s   (medians over rounds; RSS in MiB above the start; after: the decay / release call)" % w)
+        print("  %-10s %9s %9s %9s %9s %7s" % ("allocator", "time s", "peak", "final", "after", "rounds"))
+        for a in ALLOCATORS:
+            v = runs.get((w, a))
+            if not v:
+                continue
+            med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after")}
+            after = ("%9.1f" % med_of[a]["after"]) if any(x["measured_after"] for x in v) else "%9s" % "-"
+            print("  %-10s %9.3f %9.1f %9.1f %s %7d" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], after, len(v)))
+        np, gl = med_of.get("numaplace"), med_of.get("glibc")
+        peers = [(med_of[p]["time"], p) for p in PEERS if p in med_of]
+        if not np or not gl:
+            print("  (numaplace or glibc missing: no ratios)\n")
+            continue
+        best_t, best = min(peers)
+        vs_glibc = ratio(gl["time"], np["time"])
+        vs_best = ratio(best_t, np["time"])
+        peak_ratio = ratio(np["peak"], gl["peak"]) if gl["peak"] > 0 else (1.0 if np["peak"] <= 0 else float("inf"))
+        targets = [
+            ("speed >= 0.8x glibc", vs_glibc >= 0.8, "%.2fx" % vs_glibc),
+            ("within 2x of best peer (%s)" % best, vs_best >= 0.5, "%.2fx" % vs_best),
+            ("peak RSS <= 1.3x glibc", peak_ratio <= 1.3, "%.1f vs %.1f MiB = %.2fx" % (np["peak"], gl["peak"], peak_ratio)),
+            ("final RSS <= start + 8 MiB", np["after"] <= 8.0, "%.1f MiB" % np["after"]),
+        ]
+        print("  numaplace: speed %.2fx glibc, %.2fx best peer (%s %.3f s)" % (vs_glibc, vs_best, best, best_t))
+        held = 0
+        for name, ok, detail in targets:
+            held += ok
+            print("    [%s] %-34s %s" % ("ok" if ok else "MISS", name, detail))
+        held_all += held
+        total_all += len(targets)
+        verdicts.append((w, held, len(targets)))
+        print()
+    if verdicts:
+        print("targets held: %d of %d   %s" % (held_all, total_all,
+                                              "  ".join("%s %d/%d" % v for v in verdicts)))
+    for msg in warnings:
+        print("warning: " + msg)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
