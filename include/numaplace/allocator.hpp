@@ -29,6 +29,11 @@
 
 namespace numaplace {
 
+/// \effects gives the large blocks (above 1 MiB) that freed `node_allocator` memory keeps for reuse back
+/// to the kernel now, on every node (they also go back by themselves when unused for a second, or beyond
+/// the bytes in use). For phase changes: after freeing a large working set that will not come back.
+inline void release_cached_memory() noexcept { detail::heap_registry::release_large(); }
+
 namespace detail {
 // The default placement of allocator<T, P>: P() where it exists, the default partition of T for
 // partitioned.
