@@ -740,8 +740,12 @@ TEST(heap, cached_large_blocks_are_bounded_and_decay) {
         a.deallocate(p, n);
         if (!mapped(p)) return 21;
         std::this_thread::sleep_for(std::chrono::milliseconds(detail::large_decay_ms + 50));
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        if (heap.large_cached_bytes() != n) return 22;
         char* q = a.allocate(std::size_t(5) << 20); // another class: the old block decays now
-        if (mapped(p) && p != q) return 22;
+        if (heap.large_cached_bytes() != 0) return 23;
+        const auto qa = reinterpret_cast<std::uintptr_t>(q), pa = reinterpret_cast<std::uintptr_t>(p);
+        if (mapped(p) && !(pa >= qa && pa < qa + (std::size_t(5) << 20))) return 24; // unmapped (or reused by q)
         a.deallocate(q, std::size_t(5) << 20);
         release_cached_memory();
         return 0;
