@@ -143,12 +143,7 @@ private:
         }
     }
 
-    static std::int64_t now_ms() noexcept {
-        timespec ts{};
-        ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-        const std::int64_t seconds = ts.tv_sec, nanoseconds = ts.tv_nsec; // time_t and long: no cast needed here
-        return seconds * 1000 + nanoseconds / 1000000;
-    }
+    static std::int64_t now_ms() noexcept { return detail::os_now_ms(); }
 
     // /proc/zoneinfo: "Node 0, zone   Normal" followed by "        high     1234" (pages).
     void read_watermarks() {
@@ -263,21 +258,10 @@ private:
 
 // Fork hooks (stage capacity): nobody makes the accounting or holds its lock during fork. A heap
 // admits regions inside its gate (an earlier stage); the log (a later stage) may be written under it.
-inline void capacity_fork_prepare() noexcept {
-    capacity::cell().fork_prepare();
-    if (auto* c = capacity::cell().peek()) c->mutex().lock();
-}
-inline void capacity_fork_parent() noexcept {
-    if (auto* c = capacity::cell().peek()) c->mutex().unlock();
-    capacity::cell().fork_parent();
-}
-inline void capacity_fork_child() noexcept {
-    if (auto* c = capacity::cell().peek()) detail::remake_unlocked(c->mutex());
-    capacity::cell().fork_child();
-}
+inline std::mutex& capacity_lock(capacity& c) noexcept { return c.mutex(); }
 inline const detail::fork_hook_registration capacity_fork{
     detail::fork_stage::capacity,
-    detail::fork_hook{&capacity_fork_prepare, &capacity_fork_parent, &capacity_fork_child}};
+    detail::locked_global_hooks<capacity, &capacity::cell, std::mutex, &capacity_lock>::hook()};
 
 /// \effects drops the reservations inside [p, p+length) (unmapped). Never allocates; nothing to do when
 /// the accounting was never made.

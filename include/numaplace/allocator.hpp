@@ -9,8 +9,10 @@
 /// Pooled vs own mapping (detail/routing.hpp): `node_allocator` serves blocks up to 1 MiB from the
 /// node's heap (size classes, per-thread caches, spans bound to the node and given back when empty;
 /// `node_pool` in pmr.hpp is the same heap as a std::pmr resource); other placements pool blocks below a
-/// page at their home node. Larger blocks are their own mapping, placed page by page and aligned to
-/// `alignof(T)`. `benchmarks/allocation.cpp` measures both paths. Nothing here needs pmr.hpp, so this
+/// page at their home node. `node_allocator` blocks above 1 MiB come from the node heap's cache of large
+/// blocks (size classes, kept mapped and bound when freed, given back by age or beyond the bytes in use:
+/// docs/heap.md); other larger blocks are their own mapping, placed page by page and aligned to
+/// `alignof(T)`. `benchmarks/allocation.cpp` and `benchmarks/workloads.cpp` measure the paths. Nothing here needs pmr.hpp, so this
 /// header does not include it, nor <memory_resource> (tests/header_deps checks both).
 
 #include "detail/routing.hpp"
@@ -28,6 +30,11 @@
 #include <vector>
 
 namespace numaplace {
+
+/// \effects gives the large blocks (above 1 MiB) that freed `node_allocator` memory keeps for reuse back
+/// to the kernel now, on every node (they also go back by themselves when unused for a second, or beyond
+/// the bytes in use). For phase changes: after freeing a large working set that will not come back.
+inline void release_cached_memory() noexcept { detail::heap_registry::release_large(); }
 
 namespace detail {
 // The default placement of allocator<T, P>: P() where it exists, the default partition of T for

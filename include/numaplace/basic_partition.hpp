@@ -146,9 +146,7 @@ inline const partition_layout& empty_layout() noexcept {
     });
 }
 inline const fork_hook_registration empty_layout_fork{
-    fork_stage::empty_layout, fork_hook{[]() noexcept { empty_layout_cell().fork_prepare(); },
-                                        []() noexcept { empty_layout_cell().fork_parent(); },
-                                        []() noexcept { empty_layout_cell().fork_child(); }}};
+    fork_stage::empty_layout, lazy_global_hooks<const partition_layout, &empty_layout_cell>::hook()};
 
 /// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
 inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {

@@ -39,23 +39,12 @@ struct degradation_log {
     /// \returns the log. \throws std::bad_alloc the first time only.
     static degradation_log& instance() { return cell().get([] { return new degradation_log; }); }
 
-    // Fork hooks (stage degradation_log): no thread is making the log or writing to it during fork.
-    static void fork_prepare() noexcept {
-        cell().fork_prepare();
-        if (auto* log = cell().peek()) log->mutex.lock();
-    }
-    static void fork_parent() noexcept {
-        if (auto* log = cell().peek()) log->mutex.unlock();
-        cell().fork_parent();
-    }
-    static void fork_child() noexcept {
-        if (auto* log = cell().peek()) remake_unlocked(log->mutex);
-        cell().fork_child();
-    }
+    static std::mutex& lock_of(degradation_log& log) noexcept { return log.mutex; }
 };
+// Fork hooks (stage degradation_log): no thread is making the log or writing to it during fork.
 inline const fork_hook_registration degradation_log_fork{
     fork_stage::degradation_log,
-    fork_hook{&degradation_log::fork_prepare, &degradation_log::fork_parent, &degradation_log::fork_child}};
+    locked_global_hooks<degradation_log, &degradation_log::cell, std::mutex, &degradation_log::lock_of>::hook()};
 
 } // namespace detail
 

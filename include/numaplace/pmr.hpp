@@ -72,9 +72,7 @@ inline lazy_global<node_pool_resource*>& node_pools_cell() noexcept {
     return cell;
 }
 inline const fork_hook_registration node_pools_fork{
-    fork_stage::node_pools, fork_hook{[]() noexcept { node_pools_cell().fork_prepare(); },
-                                      []() noexcept { node_pools_cell().fork_parent(); },
-                                      []() noexcept { node_pools_cell().fork_child(); }}};
+    fork_stage::node_pools, lazy_global_hooks<node_pool_resource*, &node_pools_cell>::hook()};
 } // namespace detail
 
 /// \returns the pooled small-object resource of `node` (thread-safe, never destroyed). Use it for

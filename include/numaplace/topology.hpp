@@ -402,9 +402,7 @@ namespace detail {
 // Fork hooks (stage topology): a thread loading the topology finishes before fork; none starts during it.
 // Nothing is loaded on behalf of a fork.
 inline const fork_hook_registration topology_fork{
-    fork_stage::topology, fork_hook{[]() noexcept { topology::system_cell().fork_prepare(); },
-                                    []() noexcept { topology::system_cell().fork_parent(); },
-                                    []() noexcept { topology::system_cell().fork_child(); }}};
+    fork_stage::topology, lazy_global_hooks<const topology, &topology::system_cell>::hook()};
 } // namespace detail
 
 } // namespace numaplace

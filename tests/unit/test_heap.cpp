@@ -660,3 +660,137 @@ TEST(heap, freed_runs_go_back_to_the_kernel_and_a_mid_size_phase_change_reuses_t
     EXPECT_EQ(code, 0) << "1: not returned after free, 2: phase change doubled, 3: not returned at the end, "
                           "4: runs still counted in use, 5: dirty runs above the 1 MiB floor";
 }
+
+// ---- Large blocks (above 1 MiB): cached per node heap for reuse ----
+namespace {
+bool mapped(const void* p) {
+    unsigned char v = 0;
+    return ::mincore(const_cast<void*>(p), 1, &v) == 0;
+}
+int policy_at(void* p, unsigned long& mask) {
+    int mode = -1;
+    unsigned long m[16] = {};
+    if (::syscall(SYS_get_mempolicy, &mode, m, sizeof m * 8, p, 2 /*MPOL_F_ADDR*/) != 0) return -1;
+    mask = m[0];
+    return mode;
+}
+} // namespace
+
+TEST(heap, large_size_classes_are_exact_and_at_most_an_eighth_larger) {
+    const std::size_t page = detail::page_size();
+    std::size_t previous = 0;
+    for (std::size_t pages = 257; pages < (std::size_t(1) << 22); pages += pages / 97 + 1) {
+        const detail::large_class c = detail::large_class_of(pages);
+        EXPECT_GE(c.pages, pages);
+        EXPECT_LE(c.pages - pages, pages / 8) << pages;       // at most 1/8 more
+        EXPECT_LT(c.index, detail::large_classes);
+        EXPECT_EQ(detail::large_class_of(c.pages).pages, c.pages); // a class's own size is its class
+        EXPECT_GE(c.index, previous);                          // monotonic
+        previous = c.index;
+    }
+    // The boundaries of routing: 1 MiB is a page run, 1 MiB + 1 a large block; alignment beyond a huge
+    // page, or sizes whose pages overflow, are not cached.
+    EXPECT_FALSE(detail::large_cache::serves(std::size_t(1) << 20, 64));
+    EXPECT_TRUE(detail::large_cache::serves((std::size_t(1) << 20) + 1, 64));
+    EXPECT_TRUE(detail::large_cache::serves(std::size_t(3) << 20, detail::huge_page_size()));
+    EXPECT_FALSE(detail::large_cache::serves(std::size_t(3) << 20, 2 * detail::huge_page_size()));
+    EXPECT_FALSE(detail::large_cache::serves(std::numeric_limits<std::size_t>::max() - page, 64));
+    (void)page;
+}
+
+TEST(heap, a_freed_large_block_is_reused_bound_and_huge_page_aligned) {
+    if (!topology::get().capabilities().memory_binding) GTEST_SKIP() << "mbind refused here";
+    const int code = numaplace_test::run_child([] {
+        for (int node : topology::get().all()) {
+            node_allocator<char> a(node);
+            const std::size_t n = (std::size_t(3) << 20) + 12345;
+            char* p = a.allocate(n);
+            if (reinterpret_cast<std::uintptr_t>(p) % detail::huge_page_size() != 0) return 10;
+            std::memset(p, 1, n);
+            a.deallocate(p, n);
+            char* q = a.allocate(n - 1000); // same class: the same block, its pages where they were
+            if (q != p) return 11;
+            unsigned long mask = 0;
+            if (policy_at(q, mask) != detail::mpol_bind) return 12; // strict: bound on reuse too
+            if (mask != (1ul << topology::get().at(node).os_index)) return 13;
+            const page_histogram h = where(q, n - 1000);
+            if (h.on(node) != h.pages) return 14;
+            a.deallocate(q, n - 1000);
+            release_cached_memory();
+            if (mapped(q)) return 15; // given back
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(heap, cached_large_blocks_are_bounded_and_decay) {
+    const int code = numaplace_test::run_child([] {
+        node_allocator<char> a(0);
+        // Beyond the bound (16 MiB when nothing is in use): a 64 MiB block goes back at once.
+        const std::size_t big = std::size_t(64) << 20;
+        char* b = a.allocate(big);
+        b[0] = b[big - 1] = 1;
+        a.deallocate(b, big);
+        if (mapped(b)) return 20;
+        // Within the bound: kept, then given back once unused for a second, at the next large operation.
+        const std::size_t n = std::size_t(2) << 20;
+        char* p = a.allocate(n);
+        p[0] = 1;
+        a.deallocate(p, n);
+        if (!mapped(p)) return 21;
+        std::this_thread::sleep_for(std::chrono::milliseconds(detail::large_decay_ms + 50));
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        if (heap.large_cached_bytes() != n) return 22;
+        char* q = a.allocate(std::size_t(5) << 20); // another class: the old block decays now
+        if (heap.large_cached_bytes() != 0) return 23;
+        const auto qa = reinterpret_cast<std::uintptr_t>(q), pa = reinterpret_cast<std::uintptr_t>(p);
+        if (mapped(p) && !(pa >= qa && pa < qa + (std::size_t(5) << 20))) return 24; // unmapped (or reused by q)
+        a.deallocate(q, std::size_t(5) << 20);
+        release_cached_memory();
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+// vector growth: doubling capacities above 1 MiB reuse the blocks of the previous round.
+TEST(heap, vector_growth_reuses_large_blocks_across_rounds) {
+    const int code = numaplace_test::run_child([] {
+        std::vector<void*> first;
+        for (int round = 0; round < 3; ++round) {
+            std::vector<double, node_allocator<double>> v(node_allocator<double>(0));
+            std::vector<void*> seen;
+            for (std::size_t i = 0; i < (std::size_t(1) << 20); ++i) {
+                const double* before = v.data();
+                v.push_back(static_cast<double>(i));
+                if (v.data() != before && v.capacity() * sizeof(double) > (std::size_t(1) << 20)) seen.push_back(v.data());
+            }
+            if (round == 0) first = seen;
+            else if (seen.size() != first.size()) return 30;
+            else
+                for (std::size_t k = 0; k + 1 < seen.size(); ++k) // the last block is still in use at the switch
+                    if (std::find(first.begin(), first.end(), seen[k]) == first.end()) return 31;
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
+
+TEST(heap, fork_with_cached_large_blocks_lets_the_child_allocate_them) {
+    const int code = numaplace_test::run_child([] {
+        node_allocator<char> a(0);
+        const std::size_t n = std::size_t(3) << 20;
+        char* p = a.allocate(n);
+        std::memset(p, 2, n);
+        a.deallocate(p, n);
+        const pid_t pid = fork();
+        if (pid == 0) {
+            char* q = a.allocate(n);
+            const bool ok = q == p;
+            a.deallocate(q, n);
+            _exit(ok ? 0 : 41);
+        }
+        return numaplace_test::wait_child(pid, 20);
+    });
+    EXPECT_EQ(code, 0);
+}

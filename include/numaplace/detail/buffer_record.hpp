@@ -106,20 +106,7 @@ public:
         static lazy_global<placed_buffers> c; // constant-initialised: no guard
         return c;
     }
-    // Fork hooks (stage placed_record, after the heaps' gates: a thread inside a gate may unmap, which
-    // takes this lock): nobody makes the record or holds its lock during fork.
-    static void fork_prepare() noexcept {
-        cell().fork_prepare();
-        if (auto* r = cell().peek()) r->mutex.lock();
-    }
-    static void fork_parent() noexcept {
-        if (auto* r = cell().peek()) r->mutex.unlock();
-        cell().fork_parent();
-    }
-    static void fork_child() noexcept {
-        if (auto* r = cell().peek()) remake_unlocked(r->mutex);
-        cell().fork_child();
-    }
+    static std::shared_mutex& lock_of(placed_buffers& r) noexcept { return r.mutex; }
 
 private:
     mutable std::shared_mutex mutex;
@@ -127,9 +114,11 @@ private:
     std::atomic<std::size_t> size_{0};
 };
 
+// Fork hooks (stage placed_record, after the heaps' gates: a thread inside a gate may unmap, which takes
+// this lock): nobody makes the record or holds its lock during fork.
 inline const fork_hook_registration placed_buffers_fork{
     fork_stage::placed_record,
-    fork_hook{&placed_buffers::fork_prepare, &placed_buffers::fork_parent, &placed_buffers::fork_child}};
+    locked_global_hooks<placed_buffers, &placed_buffers::cell, std::shared_mutex, &placed_buffers::lock_of>::hook()};
 
 /// \returns the split `for_bytes(bytes)` of the layout the buffer at `data` follows: a re-placement's if
 /// `replace` changed it (and the buffer still has `bytes`), otherwise `allocated` (the allocator's split).

@@ -126,6 +126,34 @@ private:
     std::mutex mutex_;
 };
 
+/// The fork hooks of a `lazy_global` (`Cell()` returns it): hold its making lock across fork.
+template <class T, lazy_global<T>& (*Cell)() noexcept>
+struct lazy_global_hooks {
+    static void prepare() noexcept { Cell().fork_prepare(); }
+    static void parent() noexcept { Cell().fork_parent(); }
+    static void child() noexcept { Cell().fork_child(); }
+    static constexpr fork_hook hook() noexcept { return fork_hook{&prepare, &parent, &child}; }
+};
+
+/// The fork hooks of a `lazy_global` whose object guards its state with a lock (`LockOf(object)`): hold
+/// the making lock, then, if the object was made, its lock; the child re-makes both unlocked.
+template <class T, lazy_global<T>& (*Cell)() noexcept, class Lock, Lock& (*LockOf)(T&) noexcept>
+struct locked_global_hooks {
+    static void prepare() noexcept {
+        Cell().fork_prepare();
+        if (T* p = Cell().peek()) LockOf(*p).lock();
+    }
+    static void parent() noexcept {
+        if (T* p = Cell().peek()) LockOf(*p).unlock();
+        Cell().fork_parent();
+    }
+    static void child() noexcept {
+        if (T* p = Cell().peek()) remake_unlocked(LockOf(*p));
+        Cell().fork_child();
+    }
+    static constexpr fork_hook hook() noexcept { return fork_hook{&prepare, &parent, &child}; }
+};
+
 } // namespace detail
 } // namespace numaplace
 

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <ctime>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -223,6 +225,15 @@ inline std::size_t huge_page_size() noexcept {
         cached.store(size, std::memory_order_relaxed);
     }
     return size;
+}
+
+/// \returns a monotonic clock in milliseconds, coarse (the last tick: a few ms), cheap (no system call
+/// on Linux's vDSO).
+inline std::int64_t os_now_ms() noexcept {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    const std::int64_t seconds = ts.tv_sec, nanoseconds = ts.tv_nsec;
+    return seconds * 1000 + nanoseconds / 1000000;
 }
 
 /// First line of a file, or `fallback` when it cannot be read.

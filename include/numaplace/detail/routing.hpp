@@ -9,7 +9,9 @@
 #include "../memory.hpp"
 #include "../placement.hpp"
 #include "config.hpp"
+#include "heap/large_cache.hpp"
 #include "heap/node_heap.hpp"
+#include "heap/registry.hpp"
 #include "heap/size_classes.hpp"
 #include "heap/thread_cache.hpp"
 #include "linux.hpp"
@@ -41,12 +43,29 @@ std::size_t route_slot(std::size_t bytes, std::size_t alignment) noexcept {
 }
 
 // The slow paths of routed_allocate / routed_deallocate, out of line so that the fast path (a slot,
-// this thread's list) inlines into every allocator.
+// this thread's list) inlines into every allocator. `on_node` blocks above 1 MiB come from the node
+// heap's cache of large blocks (kept mapped and bound for reuse); other large blocks, and alignments
+// above a huge page, get a mapping of their own.
 template <class Placement>
 NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
+    if constexpr (std::is_same<Placement, on_node>::value) {
+        if (large_cache::serves(bytes, alignment))
+            return heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).take_large(bytes);
+    }
     return memory::allocate(bytes, placement, alignment);
 }
-NUMAPLACE_NOINLINE inline void routed_unmap(void* p, std::size_t bytes) noexcept { memory::unmap(p, bytes); }
+template <class Placement>
+NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+    if constexpr (std::is_same<Placement, on_node>::value) {
+        if (p && large_cache::serves(bytes, alignment)) {
+            heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).give_large(p, bytes);
+            return;
+        }
+    }
+    (void)placement;
+    (void)alignment;
+    memory::unmap(p, bytes);
+}
 
 /// \returns `bytes` (0 allowed) aligned to `alignment` (a power of two), placed by `placement`: from the
 /// heap of its home node, or its own mapping.
@@ -66,7 +85,7 @@ template <class Placement>
 NUMAPLACE_ALWAYS_INLINE void routed_deallocate(const Placement& placement, void* p, std::size_t bytes,
                                                std::size_t alignment) noexcept {
     const std::size_t slot = route_slot<Placement>(bytes, alignment);
-    if (NUMAPLACE_UNLIKELY(slot == heap_no_slot)) return routed_unmap(p, bytes);
+    if (NUMAPLACE_UNLIKELY(slot == heap_no_slot)) return routed_unmap(placement, p, bytes, alignment);
     const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
     if (thread_cache* tc = thread_cache::current())
         if (tc->try_push(heap, slot, p)) return;

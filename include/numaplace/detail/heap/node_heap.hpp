@@ -10,6 +10,7 @@
 #include "../../memory.hpp"
 #include "../../place.hpp"
 #include "../../topology.hpp"
+#include "large_cache.hpp"
 #include "run_heap.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
@@ -64,6 +65,40 @@ public:
         gate_pass pass(fork_gate_);
         if (slot >= heap_class_count) return runs_.give(slot - heap_class_count, list);
         spans_.give(slot, list);
+    }
+
+    /// \effects hands out a large block of `bytes` (large_cache::serves): a cached one of its class, or
+    /// a new mapping placed by the source on the node (admitted and reserved until unmapped).
+    /// \throws placement_error (no memory on the node; a strict heap whose binding is refused).
+    void* take_large(std::size_t bytes) {
+        gate_pass pass(fork_gate_);
+        return large_.take(bytes, [this, bytes](std::size_t length, std::size_t alignment) {
+            void* p = nullptr;
+            const int err = memory::try_map(length, alignment, p);
+            if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed");
+            try {
+                place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
+            } catch (...) {
+                memory::unmap(p, length);
+                throw;
+            }
+            return p;
+        });
+    }
+    /// \effects takes back a block take_large(bytes) handed out. Never allocates.
+    void give_large(void* p, std::size_t bytes) noexcept {
+        gate_pass pass(fork_gate_);
+        large_.give(p, bytes);
+    }
+    /// \effects gives every cached large block back to the kernel. Never allocates.
+    void release_large() noexcept {
+        gate_pass pass(fork_gate_);
+        large_.release_all();
+    }
+    /// \returns the bytes of cached large blocks.
+    std::size_t large_cached_bytes() noexcept {
+        gate_pass pass(fork_gate_);
+        return large_.cached_bytes();
     }
 
     /// \effects closes the heap before a fork: then no thread is inside take or give, so none holds a
@@ -122,6 +157,7 @@ private:
     pthread_rwlock_t fork_gate_;
     span_heap spans_;
     run_heap runs_;
+    large_cache large_;
 };
 
 } // namespace detail

@@ -27,11 +27,15 @@ public:
     /// \returns the number of heaps.
     std::size_t size() const noexcept { return count_; }
 
+    /// \effects gives every cached large block of every heap back to the kernel (nothing when no heap
+    /// was made). Never allocates.
+    static void release_large() noexcept {
+        if (heap_registry* r = cell().peek())
+            for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_large();
+    }
+
     // Fork hooks. Stage heap_registry: no thread is making the heaps. Stage heaps: no thread is inside a
     // heap, so none holds a heap's lock. Nothing is made for a fork: without heaps there is nothing to close.
-    static void fork_prepare() noexcept { cell().fork_prepare(); }
-    static void fork_parent() noexcept { cell().fork_parent(); }
-    static void fork_child() noexcept { cell().fork_child(); }
     static void close_gates() noexcept {
         if (heap_registry* r = cell().peek())
             for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->close();
@@ -39,11 +43,12 @@ public:
     static void reopen_gates_parent() noexcept { reopen_gates(false); }
     static void reopen_gates_child() noexcept { reopen_gates(true); }
 
-private:
     static lazy_global<heap_registry>& cell() noexcept {
         static lazy_global<heap_registry> c; // constant-initialised: no guard
         return c;
     }
+
+private:
     explicit heap_registry(std::size_t nodes) : count_(nodes * heap_sources) {
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i)
@@ -61,7 +66,7 @@ private:
 
 inline const fork_hook_registration heap_registry_fork_hook{
     fork_stage::heap_registry,
-    fork_hook{&heap_registry::fork_prepare, &heap_registry::fork_parent, &heap_registry::fork_child}};
+    lazy_global_hooks<heap_registry, &heap_registry::cell>::hook()};
 inline const fork_hook_registration heap_gates_fork_hook{
     fork_stage::heaps,
     fork_hook{&heap_registry::close_gates, &heap_registry::reopen_gates_parent, &heap_registry::reopen_gates_child}};
