@@ -16,7 +16,9 @@
 #include "span.hpp"
 #include "span_heap.hpp"
 
+#include <cerrno>
 #include <cstddef>
+#include <string>
 
 #include <pthread.h>
 
@@ -78,6 +80,13 @@ public:
             if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed");
             try {
                 place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
+            } catch (const placement_error& e) { // named by the request, not its size class
+                memory::unmap(p, length);
+                const int refusal = e.error_number();
+                throw_placement(node_, bytes, refusal,
+                                std::string("heap: a large block (") + std::to_string(length) + " bytes mapped) " +
+                                    (refusal == ENOMEM ? "is more than the free memory of the node"
+                                                   : std::string("was refused: ") + refusal_reason(refusal)));
             } catch (...) {
                 memory::unmap(p, length);
                 throw;
