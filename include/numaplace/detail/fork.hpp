@@ -2,7 +2,7 @@
 #define NUMAPLACE_DETAIL_FORK_HPP_INCLUDED
 
 /// \file
-/// Fork safety, in one place: one `pthread_atfork` registration, one ordered table of hooks, and
+/// Fork safety, in one place: one registration of fork handlers with the C library, one ordered table of hooks, and
 /// `lazy_global<T>`, the way every process-wide object is made on first use.
 ///
 /// fork() copies only the calling thread: a lock another thread held at that moment stays locked in the
@@ -69,7 +69,7 @@ struct fork_handlers {
     }
     fork_handlers() noexcept { ::pthread_atfork(&prepare, &parent, &child); }
 };
-/// The one pthread_atfork registration of numaplace (static initialisation of any TU including this).
+/// The one registration of numaplace's fork handlers with the C library (static initialisation of any TU including this).
 inline const fork_handlers fork_handlers_registered{};
 
 /// Registers `hook` for `stage` at static initialisation: `inline const fork_hook_registration x{...};`.
