@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <fstream>
+#include <istream>
 #include <sstream>
 #include <limits>
 #include <string>
@@ -34,11 +35,16 @@ struct balancing_counters {
 
     /// \returns the counters now.
     static balancing_counters read() {
-        balancing_counters c;
         std::ifstream in("/proc/vmstat");
+        return parse(in);
+    }
+    /// \returns the counters in `in`, lines of "key value" as in /proc/vmstat. A line that does not
+    /// parse is skipped: it hides nothing after it.
+    static balancing_counters parse(std::istream& in) {
+        balancing_counters c;
         std::string line, key;
         std::uint64_t value = 0;
-        while (std::getline(in, line)) { // line by line: one unparsable line hides nothing after it
+        while (std::getline(in, line)) {
             std::istringstream fields(line);
             if (!(fields >> key >> value)) continue;
             if (key == "numa_pages_migrated") c.pages_migrated = value, c.available = true;

@@ -24,6 +24,7 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <string>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -88,6 +90,18 @@ public:
         for (std::size_t o : offsets_)
             if (o % detail::huge_page_size() != 0) return false;
         return true;
+    }
+
+    /// \returns a digest of the parts' page counts, in order (FNV-1a, 64 bits). Node ids are not in it:
+    /// processes in other cpusets number the nodes differently.
+    std::uint64_t digest() const noexcept {
+        std::uint64_t h = 14695981039346656037ull;
+        auto mix = [&h](std::uint64_t v) {
+            for (int i = 0; i < 8; ++i, v >>= 8) h = (h ^ (v & 0xff)) * 1099511628211ull;
+        };
+        mix(parts_.size());
+        for (const auto& p : parts_) mix(p.pages);
+        return h;
     }
 
     friend bool operator==(const segment_layout& a, const segment_layout& b) noexcept {
@@ -149,7 +163,8 @@ public:
     /// An empty segment (nothing mapped).
     shared_segment() noexcept = default;
 
-    /// \effects creates an anonymous segment (`memfd_create`) of `layout.bytes()`, maps it and binds
+    /// \effects creates an anonymous segment (`memfd_create`) of `layout.bytes()` (and a trailer page that
+    /// records the layout's part sizes, checked by openers), maps it and binds
     /// each part to its node (`mbind(MPOL_BIND)` on the shared mapping: the policy lives in the segment,
     /// so it holds for every process that maps it, whoever touches first). Share it by `fd()` (inherited
     /// across fork, or sent over a Unix socket) and `open_fd`.
@@ -287,6 +302,9 @@ public:
 private:
     static void check_layout(const segment_layout& layout) {
         if (layout.size() == 0) detail::throw_invalid("shared_segment: empty layout");
+        // the parts and the trailer page must fit a file offset
+        if (layout.bytes() > static_cast<std::size_t>(std::numeric_limits<off_t>::max()) - detail::page_size())
+            detail::throw_bad_length();
     }
     static void check_nodes(const segment_layout& layout) {
         for (const auto& part : layout.parts()) topology::get().check(part.node);
@@ -325,8 +343,20 @@ private:
                                         std::to_string(part.node));
             memory::unbind(s.data_, layout.bytes());
         }
-        if (const int err = detail::os_resize(s.fd_.get(), layout.bytes()))
+        // Then the file gets its size, which publishes the segment (openers check it), and the trailer page
+        // after the parts says which layout made it. The trailer is written through a mapping of its own
+        // page with huge pages off: a write(2) there could make shmem (THP "always") allocate a huge page
+        // over the parts, placed by the first part's policy.
+        const std::size_t page = detail::page_size();
+        if (const int err = detail::os_resize(s.fd_.get(), layout.bytes() + page))
             detail::throw_placement(-1, layout.bytes(), err, "shared_segment: ftruncate failed");
+        void* tp = nullptr;
+        if (const int err = detail::os_map_shared(s.fd_.get(), page, tp, layout.bytes()))
+            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: mapping the layout trailer failed");
+        detail::os_advise(tp, page, detail::page_advice::no_huge_pages);
+        const trailer t = trailer::of(layout);
+        std::memcpy(static_cast<char*>(tp) + page - sizeof t, &t, sizeof t);
+        detail::os_unmap(tp, page);
         s.bound_ = bound;
         own_name();
         return s;
@@ -336,11 +366,40 @@ private:
         std::size_t size = 0;
         if (const int err = detail::os_file_size(fd.get(), size))
             throw std::system_error(err, std::generic_category(), "numaplace: fstat of shared segment");
-        if (size != layout.bytes())
+        const std::size_t page = detail::page_size();
+        if (size != layout.bytes() + page)
             detail::throw_invalid("shared_segment: the segment has " + std::to_string(size) +
-                                  " bytes, the layout " + std::to_string(layout.bytes()));
+                                  " bytes, the layout needs " + std::to_string(layout.bytes()) + " + a trailer page");
+        // The creator sets the size, then writes the trailer: a trailer still zero is being written.
+        trailer t{};
+        const trailer want = trailer::of(layout);
+        for (int tries = 0; tries < 1000; ++tries) {
+            if (const int err = detail::os_read_at(fd.get(), &t, sizeof t, layout.bytes() + page - sizeof t))
+                throw std::system_error(err, std::generic_category(), "numaplace: reading the shared segment's trailer");
+            if (t.magic[0] != 0) break;
+            ::sched_yield();
+        }
+        if (std::memcmp(t.magic, want.magic, sizeof t.magic) != 0)
+            detail::throw_invalid("shared_segment: not a numaplace segment (no layout trailer)");
+        if (t.parts != want.parts || t.digest != want.digest)
+            detail::throw_invalid("shared_segment: the segment was made with another layout (" + std::to_string(t.parts) +
+                                  " parts) than this one (" + std::to_string(want.parts) + " parts of the same total size)");
         return map(fd, layout);
     }
+
+    // The last bytes of the trailer page that follows the parts: which layout made the segment.
+    struct trailer {
+        char magic[16];
+        std::uint64_t parts;
+        std::uint64_t digest;
+        static trailer of(const segment_layout& layout) noexcept {
+            trailer t{};
+            std::memcpy(t.magic, "numaplace-seg-1", 16);
+            t.parts = layout.size();
+            t.digest = layout.digest();
+            return t;
+        }
+    };
 
     static shared_segment map(detail::unique_fd& fd, const segment_layout& layout) {
         void* p = nullptr;

@@ -236,3 +236,24 @@ TEST(balancing, one_contract_on_a_kernel_without_the_flag) {
     ASSERT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0);
 }
+
+// /proc/vmstat, line by line: an unparsable line (a new kernel's format, a value too large) before the
+// numa_* keys hides none of them; a value too large for 64 bits is that line only.
+TEST(balancing, counters_parse_past_lines_that_do_not_parse) {
+    std::istringstream in("nr_free_pages 12\n"
+                          "a line without a number\n"
+                          "nr_weird 99999999999999999999999\n"
+                          "\n"
+                          "numa_pte_updates 7\n"
+                          "numa_hint_faults 5\n"
+                          "numa_hint_faults_local 3\n"
+                          "numa_pages_migrated 2\n");
+    const balancing_counters c = balancing_counters::parse(in);
+    EXPECT_TRUE(c.available);
+    EXPECT_EQ(c.pte_updates, 7u);
+    EXPECT_EQ(c.hint_faults, 5u);
+    EXPECT_EQ(c.hint_faults_local, 3u);
+    EXPECT_EQ(c.pages_migrated, 2u);
+    std::istringstream none("nr_free_pages 12\n");
+    EXPECT_FALSE(balancing_counters::parse(none).available);
+}

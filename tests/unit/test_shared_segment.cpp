@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -20,9 +21,12 @@
 #include <limits>
 #include <string>
 #include <utility>
+#include <thread>
 #include <vector>
 
 #include <dirent.h>
+#include <sched.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -515,4 +519,63 @@ TEST(shared_segment, started_under_seccomp) {
     EXPECT_EQ(degradation_count(), before + 1);
     std::memset(s.data(), 1, s.bytes());
     EXPECT_EQ(s.where().touched(), 10u);
+}
+
+// A layout of the same total size but other parts is refused by an opener (the creator's layout is
+// recorded in a trailer page after the parts), by name and by descriptor.
+TEST(shared_segment, an_opener_with_other_parts_of_the_same_size_is_refused) {
+    if (!binding_works()) GTEST_SKIP() << "mbind refused here";
+    const std::string name = unique_name("parts");
+    shared_segment s = shared_segment::create(name, segment_layout({{0, 2}, {0, 3}}));
+    EXPECT_NO_THROW(shared_segment::open(name, segment_layout({{0, 2}, {0, 3}})));
+    for (const segment_layout& other : {segment_layout({{0, 3}, {0, 2}}), segment_layout({{0, 5}}),
+                                        segment_layout({{0, 1}, {0, 1}, {0, 3}})}) {
+        EXPECT_THROW(shared_segment::open(name, other), invalid_placement);
+        EXPECT_THROW(shared_segment::open_fd(s.fd(), other), invalid_placement);
+    }
+    // a file of the right size that numaplace did not make
+    const int fd = ::memfd_create("not-a-segment", MFD_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::ftruncate(fd, static_cast<off_t>(6 * page)), 0);
+    EXPECT_THROW(shared_segment::open_fd(fd, segment_layout({{0, 5}})), invalid_placement);
+    ::close(fd);
+}
+
+// Whoever touches first, the placement holds: an opener that polls for the name and writes the moment
+// it can open the segment finds every part already bound (the size, which openers check, is published
+// last). Needs two nodes to tell a bound page from a first-touched one.
+TEST(shared_segment, a_racing_opener_that_writes_at_once_finds_every_part_bound) {
+    const auto& topo = topology::get();
+    if (topo.size() < 2 || !binding_works()) GTEST_SKIP() << "needs two nodes and binding";
+    const int far = topo.nodes().back().id; // the opener runs on node 0's cpus, parts on the last node too
+    const segment_layout layout({{far, 8}, {0, 8}, {far, 8}});
+    int misplaced = 0;
+    for (int round = 0; round < 60; ++round) {
+        const std::string name = unique_name("race") + std::to_string(round);
+        std::atomic<bool> go{false};
+        std::thread opener([&] {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            for (unsigned c : topo.at(0).cpus) CPU_SET(c, &set);
+            sched_setaffinity(0, sizeof set, &set);
+            while (!go.load()) {
+            }
+            for (;;) {
+                try {
+                    shared_segment mine = shared_segment::open(name, layout);
+                    std::memset(mine.data(), 1, mine.bytes());
+                    return;
+                } catch (const std::exception&) { // not there yet, or not published yet
+                }
+            }
+        });
+        go = true;
+        shared_segment s = shared_segment::create(name, layout);
+        opener.join();
+        for (std::size_t k = 0; k < layout.size(); ++k) {
+            const page_histogram h = s.where(k);
+            if (h.on(layout.parts()[k].node) != h.pages) ++misplaced;
+        }
+    }
+    EXPECT_EQ(misplaced, 0) << "parts with pages off their node, of 180";
 }

@@ -102,10 +102,10 @@ inline int os_map_anonymous(std::size_t length, void*& out) noexcept {
     return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
 }
 
-/// \effects maps `length` bytes of the file `fd` shared and read-write from offset 0.
+/// \effects maps `length` bytes of the file `fd` shared and read-write from `offset` (a page multiple).
 /// \returns 0 and the start in `out`, or the errno of mmap (`out` null).
-inline int os_map_shared(int fd, std::size_t length, void*& out) noexcept {
-    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+inline int os_map_shared(int fd, std::size_t length, void*& out, std::size_t offset = 0) noexcept {
+    void* p = ::mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(offset));
     out = p == MAP_FAILED ? nullptr : p;
     return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
 }
@@ -154,6 +154,19 @@ inline int os_shm_unlink(const char* name) noexcept { return ::shm_unlink(name) 
 /// \effects sets the size of the file `fd`. \returns 0 or errno.
 inline int os_resize(int fd, std::size_t bytes) noexcept {
     return ::ftruncate(fd, static_cast<off_t>(bytes)) == 0 ? 0 : errno;
+}
+
+/// \effects reads `bytes` into `data` from the file `fd` at `offset` (all of them, or an error; EIO at
+/// the end of the file). \returns 0 or errno.
+inline int os_read_at(int fd, void* data, std::size_t bytes, std::size_t offset) noexcept {
+    auto* p = static_cast<char*>(data);
+    while (bytes != 0) {
+        const ssize_t n = ::pread(fd, p, bytes, static_cast<off_t>(offset));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return n < 0 ? errno : EIO;
+        p += n, offset += static_cast<std::size_t>(n), bytes -= static_cast<std::size_t>(n);
+    }
+    return 0;
 }
 
 /// \returns 0 and the size of the file `fd` in `bytes`, or errno.
