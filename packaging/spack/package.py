@@ -25,8 +25,9 @@ class Numaplace(CMakePackage):
 
     license("MIT")
 
-    # No release yet. At each release add its line here, above main (Spack prefers it to main):
-    #   version("0.1.0", sha256="<sha256sum of numaplace-0.1.0.tar.gz>")   (packaging/README.md)
+    # Each release adds its line here, above main (Spack prefers a release to main): the sha256 of
+    # `git archive --format=tar --prefix=numaplace-X.Y.Z/ vX.Y.Z | gzip -n` (packaging/README.md).
+    version("0.1.0", sha256="9309168160e217085a52d35aa119ce0b121b2cda5a74a50afb17c591672f830e")
     version("main", branch="main")
 
     variant("parallel", default=True, description="numaplace::numaplace: parallel_for.hpp on oneTBB")
