@@ -67,11 +67,37 @@ inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcep
     return 0;
 }
 
+} // namespace memory
+namespace detail {
+/// \returns why the kernel said `err` to a mapping (`mapping` true) or a binding, in words. ENOMEM is the
+/// process's mapping limit far more often than memory (mbind splits mappings; every mapping counts), or,
+/// for a mapping, its address-space limit.
+inline std::string refusal_reason(int err, bool mapping = false) {
+    std::string r = std::strerror(err);
+    if (err == ENOMEM) {
+        std::size_t limit = 0;
+        if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
+            unsigned long v = 0;
+            if (std::fscanf(f, "%lu", &v) == 1) limit = v;
+            std::fclose(f);
+        }
+        r += "; the process may be at its mapping limit (vm.max_map_count";
+        r += limit ? " = " + std::to_string(limit) + ")" : ")";
+        if (mapping) r += " or its address-space limit (ulimit -v)";
+    }
+    return r;
+}
+} // namespace detail
+namespace memory {
+
 /// \effects as `try_map`. \returns the start. \throws placement_error with try_map's errno.
 inline void* map(std::size_t bytes, std::size_t alignment = detail::page_size()) {
     void* p = nullptr;
     const int err = try_map(bytes, alignment, p);
-    if (err != 0) detail::throw_placement(-1, bytes, err, err == EINVAL ? "alignment not a power of two" : "mmap failed");
+    if (err != 0)
+        detail::throw_placement(-1, bytes, err,
+                                err == EINVAL ? std::string("alignment not a power of two")
+                                              : "mmap failed: " + detail::refusal_reason(err, true));
     return p;
 }
 

@@ -23,23 +23,6 @@
 namespace numaplace {
 namespace detail {
 
-/// \returns why the kernel said `err` to a binding, in words (ENOMEM from mbind is the mapping limit
-/// far more often than memory: mbind splits the mapping).
-inline std::string refusal_reason(int err) {
-    std::string r = std::strerror(err);
-    if (err == ENOMEM) {
-        std::size_t limit = 0;
-        if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
-            unsigned long v = 0;
-            if (std::fscanf(f, "%lu", &v) == 1) limit = v;
-            std::fclose(f);
-        }
-        r += "; the process may be at its mapping limit (vm.max_map_count";
-        r += limit ? " = " + std::to_string(limit) + ")" : ")";
-    }
-    return r;
-}
-
 /// How a range to place came to be.
 enum class range_origin {
     fresh,  ///< numaplace's own untouched mapping: its admission is a reservation until unmapped

@@ -404,7 +404,7 @@ private:
     static shared_segment map(detail::unique_fd& fd, const segment_layout& layout) {
         void* p = nullptr;
         if (const int err = detail::os_map_shared(fd.get(), layout.bytes(), p))
-            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: mmap failed");
+            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: mmap failed: " + detail::refusal_reason(err, true));
         // A shmem huge page is allocated whole by its first toucher (and under the policy of its first
         // small page): keep huge pages off unless no huge page can straddle two parts. Advice only.
         if (!layout.huge_page_edges()) detail::os_advise(p, layout.bytes(), detail::page_advice::no_huge_pages);

@@ -77,7 +77,7 @@ public:
         return large_.take(bytes, [this, bytes](std::size_t length, std::size_t alignment) {
             void* p = nullptr;
             const int err = memory::try_map(length, alignment, p);
-            if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed");
+            if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
             try {
                 place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
             } catch (const placement_error& e) { // named by the request, not its size class
@@ -134,7 +134,7 @@ private:
     void* map_bound(std::size_t bytes, std::size_t size, bool& bound) {
         void* p = nullptr;
         const int err = memory::try_map(bytes, bytes, p);
-        if (err != 0) throw_placement(node_, size, err, "heap: mmap failed");
+        if (err != 0) throw_placement(node_, size, err, "heap: mmap failed: " + refusal_reason(err, true));
         try {
             // not reserved: a heap's mappings stay mapped for reuse, their pages touched and untouched
             bound = place(p, bytes, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::pooled);
