@@ -365,6 +365,7 @@ TEST(replicated, copies_are_aligned_to_alignof_t_above_the_page_size) {
 // smaller one has huge pages off: no huge page ever covers two copies (with the binding refused, a huge
 // page faulted by one node's arena would otherwise land part of another node's copy there).
 TEST(replicated, no_huge_page_is_shared_by_two_copies) {
+    if (topology::get().with_cpus().size() < 2) GTEST_SKIP() << "needs two nodes"; // one copy shares nothing
     if (topology::get().capabilities().thp == "never") GTEST_SKIP() << "THP off: nothing to share";
     const std::size_t huge = detail::huge_page_size();
     for (std::size_t n : {std::size_t(100), huge / 4 + 1, huge, 3 * huge + 5}) {
