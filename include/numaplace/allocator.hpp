@@ -9,10 +9,12 @@
 /// Pooled vs own mapping (detail/routing.hpp): `node_allocator` serves blocks up to 1 MiB from the
 /// node's heap (size classes, per-thread caches, spans bound to the node and given back when empty;
 /// `node_pool` in pmr.hpp is the same heap as a std::pmr resource); other placements pool blocks below a
-/// page at their home node. `node_allocator` blocks above 1 MiB come from the node heap's cache of large
-/// blocks (size classes, kept mapped and bound when freed, given back by age or beyond the bytes in use:
-/// docs/heap.md); other larger blocks are their own mapping, placed page by page and aligned to
-/// `alignof(T)`. `benchmarks/allocation.cpp` and `benchmarks/workloads.cpp` measure the paths. Nothing here needs pmr.hpp, so this
+/// page at their home node. `node_allocator` blocks above 1 MiB are the node heap's large blocks (runs
+/// of 64 MiB regions up to 16 MiB, coalesced; beyond, cached by size class; kept mapped and bound when
+/// freed, given back by age or beyond the recent peak in use: docs/heap.md); other larger blocks are
+/// their own mapping, placed page by page and aligned to `alignof(T)`, kept when freed for reuse by the
+/// same placement, size and alignment (detail/placed_cache.hpp). `benchmarks/allocation.cpp` and
+/// `benchmarks/workloads.cpp` measure the paths. Nothing here needs pmr.hpp, so this
 /// header does not include it, nor <memory_resource> (tests/header_deps checks both).
 
 #include "detail/routing.hpp"
@@ -31,10 +33,17 @@
 
 namespace numaplace {
 
-/// \effects gives the large blocks (above 1 MiB) that freed `node_allocator` memory keeps for reuse back
-/// to the kernel now, on every node (they also go back by themselves when unused for a second, or beyond
-/// the bytes in use). For phase changes: after freeing a large working set that will not come back.
-inline void release_cached_memory() noexcept { detail::heap_registry::release_large(); }
+/// \effects gives the memory that freed `node_allocator` and `node_pool` blocks keep for reuse back to the
+/// kernel now, on every node: this thread's cached blocks go back to their heaps, then every heap gives
+/// back its free pages (free runs, empty spans and regions, cached large blocks), and the freed own
+/// mappings of the other placements are unmapped. Other threads' caches
+/// stay (at most 4 MiB each). Freed memory also goes back by itself once unused for a second, or beyond
+/// the recent peak in use. For phase changes: after freeing a working set that will not come back.
+inline void release_cached_memory() noexcept {
+    if (detail::thread_cache* tc = detail::thread_cache::current()) tc->flush_all();
+    detail::heap_registry::release_free();
+    if (detail::placed_cache* cache = detail::placed_cache::cell().peek()) cache->release_all();
+}
 
 namespace detail {
 // The default placement of allocator<T, P>: P() where it exists, the default partition of T for

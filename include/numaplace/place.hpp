@@ -27,7 +27,8 @@ namespace detail {
 enum class range_origin {
     fresh,  ///< numaplace's own untouched mapping: its admission is a reservation until unmapped
     pooled, ///< a heap's span or region, kept mapped for reuse: admitted, not reserved
-    foreign ///< memory numaplace does not own (a user's range, a shared file): admitted, not reserved
+    foreign, ///< memory numaplace does not own (a user's range, a shared file): admitted, not reserved
+    unadmitted ///< a heap's region of large runs: bound whole, admitted by its user run by run (pooled)
 };
 
 /// \effects admits `bytes` for `mode` over `nodes`, a reservation until unmapped for numaplace's own
@@ -61,7 +62,7 @@ inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const no
     const topology& topo = topology::get();
     topo.check(nodes);
     if (bytes == 0) return true;
-    admit_or_throw(p, bytes, mode, nodes, who, origin);
+    if (origin != range_origin::unadmitted) admit_or_throw(p, bytes, mode, nodes, who, origin);
     const int err = memory::bind(p, bytes, mode, nodes, topo);
     if (err == 0) return true;
     // A strict refusal admits nothing: the range is not placed (and may never be unmapped through

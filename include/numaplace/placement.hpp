@@ -247,6 +247,16 @@ public:
         }
         return all;
     }
+    /// \returns whether a freed block at `p` that this placement placed may be handed out again as it
+    /// is: false once `replace` re-placed it (its pages follow another layout).
+    bool reusable(const void* p) const {
+        detail::placed_buffers::entry e;
+        return !(detail::placed_buffers::instance().find(p, e) && e.replaced);
+    }
+    /// \effects records a block handed out again (kept mapped and placed since its free) as `apply` does.
+    void reused(void* p, std::size_t bytes) const {
+        detail::placed_buffers::instance().placed(p, memory::page_round(bytes), partition_);
+    }
     friend bool operator==(const partitioned& a, const partitioned& b) noexcept {
         return a.partition_.same_layout(b.partition_) && a.fallback_ == b.fallback_;
     }

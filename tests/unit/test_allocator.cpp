@@ -4,12 +4,17 @@
 // node. Where each placement puts the pages: test_placement; the Allocator requirements with every std
 // container: tests/conformance.
 #include <numaplace/allocator.hpp>
+#include <numaplace/replace.hpp>
 #include <numaplace/where.hpp>
 
 #include <gtest/gtest.h>
 
+#include "child.hpp"
+
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <limits>
@@ -23,6 +28,9 @@
 #include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 namespace np = numaplace;
 using namespace numaplace;
@@ -215,4 +223,125 @@ TEST(allocator_attack, std_containers_with_weighted_interleave) {
     while (!d.empty()) d.pop_front();
     S big(1 << 20, 'x', ca);
     EXPECT_EQ(std::count(big.begin(), big.end(), 'x'), 1 << 20);
+}
+
+// ---- Reuse of own mappings (detail/placed_cache.hpp): the same placement, size and alignment only ----
+namespace {
+bool is_mapped(const void* p) {
+    unsigned char v = 0;
+    return ::mincore(const_cast<void*>(p), 1, &v) == 0;
+}
+} // namespace
+
+TEST(allocator_reuse, an_interleaved_block_is_reused_with_its_layout_and_only_for_the_same_placement) {
+    const int code = numaplace_test::run_child([] {
+        np::release_cached_memory();
+        const std::size_t n = (4 * mib + 12345) / sizeof(double);
+        interleaved_allocator<double> a;
+        double* p = a.allocate(n);
+        memory::touch(p, n * sizeof(double));
+        const page_histogram first = where(p, n * sizeof(double));
+        if (first.untouched != 0) return 10;
+        a.deallocate(p, n);
+        if (!is_mapped(p)) return 11; // kept for reuse
+        double* q = a.allocate(n);
+        if (q != p) return 12; // the same placement, size and alignment: the same block
+        const page_histogram again = where(q, n * sizeof(double));
+        if (again.per_node != first.per_node || again.untouched != 0) return 13; // its pages where they were
+        // another size, or another placement, never gets it
+        double* other_size = a.allocate(n + 1);
+        if (other_size == q) return 14;
+        a.deallocate(q, n);
+        // another placement: node 0 alone, degrading (unequal even on a host with one node)
+        interleaved_allocator<double> one(interleaved(node_set{topology::get().all()[0]}, {}, fallback::degrade));
+        double* other_placement = one.allocate(n);
+        if (other_placement == q) return 15;
+        memory::touch(other_placement, n * sizeof(double));
+        const page_histogram h = where(other_placement, n * sizeof(double));
+        if (h.on(topology::get().all()[0]) != h.pages) return 16; // placed by its own placement
+        one.deallocate(other_placement, n);
+        a.deallocate(other_size, n + 1);
+        np::release_cached_memory();
+        if (is_mapped(q) || is_mapped(other_placement)) return 17; // given back
+        if (detail::placed_cache::instance().cached_bytes() != 0) return 18;
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "11: unmapped at free, 12: not reused, 13: layout changed, 14/15: reused for another "
+                          "size/placement, 16: misplaced, 17/18: release_cached_memory kept it";
+}
+
+TEST(allocator_reuse, a_partitioned_block_is_reused_only_for_the_same_layout) {
+    const auto& topo = topology::get();
+    const int code = numaplace_test::run_child([&topo] {
+        np::release_cached_memory();
+        const std::size_t n = 8 * mib / sizeof(double);
+        const partition<double> even(n);
+        std::vector<std::size_t> skew(topo.with_cpus().size(), 1);
+        skew[0] = 3;
+        const partition<double> skewed(n, topo.with_cpus(), skew);
+        partitioned_allocator<double> a(even), b(skewed);
+        double* p = a.allocate(n);
+        memory::touch(p, n * sizeof(double));
+        if (where(p, even).remote != 0) return 20;
+        a.deallocate(p, n);
+        double* q = b.allocate(n); // another layout: not the cached block
+        if (q == p && skew.size() > 1) return 21;
+        memory::touch(q, n * sizeof(double));
+        if (where(q, skewed).remote != 0) return 22;
+        double* r = a.allocate(n); // the same layout: the cached block, still where the partition says
+        if (r != p) return 23;
+        if (where(r, even).remote != 0 || where(r, n * sizeof(double)).untouched != 0) return 24;
+        a.deallocate(r, n);
+        b.deallocate(q, n);
+        // A buffer that replace() re-placed follows another layout: freed, it is not reused (its
+        // mapping goes back); the next block of `a` is placed by `even` again.
+        np::release_cached_memory();
+        {
+            std::vector<double, partitioned_allocator<double>> w(n, 1.0, a);
+            if (replace(w, skewed).failed_pages() != 0) return 25;
+            if (where(w.data(), skewed).remote != 0) return 26;
+        }
+        if (skew.size() > 1 && detail::placed_cache::instance().cached_bytes() != 0) return 27; // (one node: one layout)
+        double* s2 = a.allocate(n);
+        memory::touch(s2, n * sizeof(double));
+        if (where(s2, even).remote != 0) return 28;
+        a.deallocate(s2, n);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "21: reused for another layout, 22/24/28: misplaced, 23: not reused, 25/26: replace "
+                          "failed, 27: a re-placed buffer was kept for reuse";
+}
+
+TEST(allocator_reuse, cached_blocks_decay_are_bounded_and_survive_fork) {
+    const int code = numaplace_test::run_child([] {
+        np::release_cached_memory();
+        interleaved_allocator<char> a;
+        // beyond the bound (64 MiB when nothing is in use): unmapped at once
+        const std::size_t big = 80 * mib;
+        char* b = a.allocate(big);
+        b[0] = 1;
+        a.deallocate(b, big);
+        if (is_mapped(b)) return 30;
+        // kept, and a forked child gets it
+        const std::size_t n = 3 * mib;
+        char* p = a.allocate(n);
+        std::memset(p, 1, n);
+        a.deallocate(p, n);
+        const pid_t pid = ::fork();
+        if (pid == 0) {
+            char* q = a.allocate(n);
+            const bool same = q == p && q[n - 1] == 1;
+            a.deallocate(q, n);
+            ::_exit(same ? 0 : 1);
+        }
+        if (numaplace_test::wait_child(pid, 30) != 0) return 31;
+        // unused for the decay time: unmapped at the next own mapping's allocation or free
+        std::this_thread::sleep_for(std::chrono::milliseconds(detail::large_decay_ms + 100));
+        char* other = a.allocate(n + 4096);
+        const bool reused_address = p >= other && p < other + n + 4096; // the new mapping may take its place
+        if (is_mapped(p) && !reused_address) return 32;
+        a.deallocate(other, n + 4096);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "30: over the bound kept, 31: the child did not get the block, 32: no decay";
 }

@@ -35,6 +35,7 @@ enum class fork_stage : unsigned {
     node_pools,      ///< pmr.hpp: making the node pools (makes the topology, the heaps)
     heap_registry,   ///< detail/heap/registry.hpp: making the heaps
     heaps,           ///< every heap's fork gate (no thread inside a heap during fork)
+    placed_cache,    ///< detail/placed_cache.hpp: the cache of freed own mappings (made, then its lock)
     placed_record,   ///< detail/buffer_record.hpp: the record of partitioned buffers (made, then its lock)
     empty_layout,    ///< partition.hpp: the shared empty layout (made under the interning lock)
     intern,          ///< detail/intern.hpp: the interning lock

@@ -15,6 +15,7 @@
 #include "heap/size_classes.hpp"
 #include "heap/thread_cache.hpp"
 #include "linux.hpp"
+#include "placed_cache.hpp"
 
 #include <cstddef>
 #include <type_traits>
@@ -43,27 +44,31 @@ std::size_t route_slot(std::size_t bytes, std::size_t alignment) noexcept {
 }
 
 // The slow paths of routed_allocate / routed_deallocate, out of line so that the fast path (a slot,
-// this thread's list) inlines into every allocator. `on_node` blocks above 1 MiB come from the node
-// heap's cache of large blocks (kept mapped and bound for reuse); other large blocks, and alignments
-// above a huge page, get a mapping of their own.
+// this thread's list) inlines into every allocator. `on_node` blocks above 1 MiB are the node heap's
+// large blocks (kept mapped and bound for reuse); other blocks get a mapping of their own, kept for
+// reuse by the same placement, size and alignment (placed_cache.hpp).
 template <class Placement>
 NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
     if constexpr (std::is_same<Placement, on_node>::value) {
         if (large_cache::serves(bytes, alignment))
-            return heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).take_large(bytes);
+            return heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).take_large(bytes, alignment);
     }
-    return memory::allocate(bytes, placement, alignment);
+    placed_cache& cache = placed_cache::instance();
+    if (void* p = cache.take(placement, bytes, alignment)) return p;
+    void* p = memory::allocate(bytes, placement, alignment);
+    cache.mapped(bytes);
+    return p;
 }
 template <class Placement>
 NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+    if (!p) return;
     if constexpr (std::is_same<Placement, on_node>::value) {
-        if (p && large_cache::serves(bytes, alignment)) {
+        if (large_cache::serves(bytes, alignment)) {
             heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).give_large(p, bytes);
             return;
         }
     }
-    (void)placement;
-    (void)alignment;
+    if (placed_cache* cache = placed_cache::cell().peek()) return cache->give(placement, p, bytes, alignment);
     memory::unmap(p, bytes);
 }
 

@@ -2,7 +2,8 @@
 #define NUMAPLACE_DETAIL_HEAP_LARGE_CACHE_HPP_INCLUDED
 
 /// \file
-/// Blocks above 1 MiB of one node heap: each its own mapping of a size class (eight classes per power
+/// Blocks above large_run_max (16 MiB) of one node heap, and the large blocks when no region of large
+/// runs can be mapped: each its own mapping of a size class (eight classes per power
 /// of two, so the mapping's length follows from the request), kept mapped and bound when freed and
 /// handed out again for the same class, and given back to the kernel by age (`large_decay_ms`) or
 /// beyond a bound (the larger of `large_cache_floor` and the bytes in use). Design: docs/heap.md.
@@ -19,6 +20,9 @@ namespace detail {
 
 /// Requests of more than this many bytes are large blocks.
 constexpr std::size_t large_threshold = std::size_t(1) << 20;
+/// Large blocks up to this many bytes are runs of the node heap's large run heap (run_heap.hpp); the
+/// larger ones are this cache's.
+constexpr std::size_t large_run_max = std::size_t(16) << 20;
 /// Cached blocks kept at least up to this many bytes per heap whatever is in use.
 constexpr std::size_t large_cache_floor = std::size_t(16) << 20;
 /// A cached block unused for this long goes back to the kernel at the heap's next large operation.

@@ -47,7 +47,10 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
 /// The central heap of one node and source.
 class node_heap {
 public:
-    node_heap(int node, heap_source source) : node_(node), source_(source) { init_gate(); }
+    node_heap(int node, heap_source source)
+        : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always") {
+        init_gate();
+    }
     node_heap(const node_heap&) = delete;
     node_heap& operator=(const node_heap&) = delete;
 
@@ -56,8 +59,14 @@ public:
     /// be had (no memory on the node; a strict heap whose binding the kernel refuses).
     std::size_t take(std::size_t slot, std::size_t want, heap_block*& head) {
         gate_pass pass(fork_gate_);
+        if (slot >= heap_class_count) { // runs are handed out one at a time
+            const std::size_t pages = slot - heap_class_count;
+            auto* b = static_cast<heap_block*>(take_run(pages * page_size(), pages, 1, nullptr));
+            b->next = nullptr;
+            head = b;
+            return 1;
+        }
         const auto map = [this](std::size_t bytes, std::size_t size, bool& bound) { return map_bound(bytes, size, bound); };
-        if (slot >= heap_class_count) return runs_.take(slot - heap_class_count, want, head, map);
         return spans_.take(slot, want, head, map);
     }
 
@@ -65,15 +74,31 @@ public:
     /// kernel or to the bounded caches. Never allocates.
     void give(std::size_t slot, heap_block* list) noexcept {
         gate_pass pass(fork_gate_);
-        if (slot >= heap_class_count) return runs_.give(slot - heap_class_count, list);
+        if (slot >= heap_class_count) {
+            while (list) {
+                heap_block* b = list;
+                list = list->next;
+                runs_.give(b, slot - heap_class_count);
+            }
+            return;
+        }
         spans_.give(slot, list);
     }
 
-    /// \effects hands out a large block of `bytes` (large_cache::serves): a cached one of its class, or
-    /// a new mapping placed by the source on the node (admitted and reserved until unmapped).
+    /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to large_run_max, a page
+    /// run (with THP `always`, huge-page aligned from a huge page: THP serves it whole); beyond (or when no region can
+    /// be mapped), a cached block of its class or a new mapping, admitted and reserved until unmapped.
+    /// Placed by the source on the node.
     /// \throws placement_error (no memory on the node; a strict heap whose binding is refused).
-    void* take_large(std::size_t bytes) {
+    void* take_large(std::size_t bytes, std::size_t alignment) {
         gate_pass pass(fork_gate_);
+        const std::size_t page = page_size(), pages = memory::page_round(bytes) / page;
+        if (pages * page <= large_run_max) {
+            std::size_t align = alignment > page ? alignment / page : 1;
+            if (huge_align_ && pages * page >= huge_page_size() && align < huge_page_size() / page) align = huge_page_size() / page;
+            bool unmappable = false;
+            if (void* p = take_run(bytes, pages, align, &unmappable)) return p;
+        }
         return large_.take(bytes, [this, bytes](std::size_t length, std::size_t alignment) {
             void* p = nullptr;
             const int err = memory::try_map(length, alignment, p);
@@ -82,11 +107,7 @@ public:
                 place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
             } catch (const placement_error& e) { // named by the request, not its size class
                 memory::unmap(p, length);
-                const int refusal = e.error_number();
-                throw_placement(node_, bytes, refusal,
-                                std::string("heap: a large block (") + std::to_string(length) + " bytes mapped) " +
-                                    (refusal == ENOMEM ? "is more than the free memory of the node"
-                                                   : std::string("was refused: ") + refusal_reason(refusal)));
+                throw large_refusal(bytes, length, e.error_number());
             } catch (...) {
                 memory::unmap(p, length);
                 throw;
@@ -97,14 +118,19 @@ public:
     /// \effects takes back a block take_large(bytes) handed out. Never allocates.
     void give_large(void* p, std::size_t bytes) noexcept {
         gate_pass pass(fork_gate_);
+        const std::size_t page = page_size(), pages = memory::page_round(bytes) / page;
+        if (pages * page <= large_run_max && runs_.owns(p)) return runs_.give(p, pages);
         large_.give(p, bytes);
     }
-    /// \effects gives every cached large block back to the kernel. Never allocates.
-    void release_large() noexcept {
+    /// \effects gives every free page of the heap back to the kernel: the free runs' pages, the empty
+    /// regions and spans, the cached large blocks. Never allocates.
+    void release_free() noexcept {
         gate_pass pass(fork_gate_);
+        spans_.release_all();
+        runs_.release_all();
         large_.release_all();
     }
-    /// \returns the bytes of cached large blocks.
+    /// \returns the bytes of cached large blocks (free large runs not included).
     std::size_t large_cached_bytes() noexcept {
         gate_pass pass(fork_gate_);
         return large_.cached_bytes();
@@ -125,8 +151,57 @@ public:
     std::size_t run_bytes_in_use() noexcept { return runs_.bytes_in_use(); }
     /// \returns the bytes of free page runs whose pages may be resident.
     std::size_t run_bytes_dirty() noexcept { return runs_.bytes_dirty(); }
+    /// \returns the bytes of the page runs' regions (mapped, resident or not).
+    std::size_t run_bytes_mapped() noexcept { return runs_.bytes_mapped(); }
 
 private:
+    // \returns a run of `pages` pages at a multiple of `align` pages for a request of `bytes`, its
+    // pages that are not resident admitted. With `unmappable` (large blocks): nullptr when no region can
+    // be mapped (the address space is full: the caller maps the block alone).
+    // \throws placement_error (no memory on the node; a strict heap whose binding is refused).
+    void* take_run(std::size_t bytes, std::size_t pages, std::size_t align, bool* unmappable) {
+        std::size_t clean = 0;
+        char* p = nullptr;
+        try {
+            p = runs_.take(pages, align, clean, [&](std::size_t region, std::size_t, bool& bound) {
+                void* r = nullptr;
+                const int err = memory::try_map(region, region, r);
+                if (err != 0) {
+                    if (unmappable) *unmappable = true;
+                    throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
+                }
+                try { // bound whole; admitted run by run below
+                    bound = place(r, region, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::unadmitted);
+                } catch (...) {
+                    memory::unmap(r, region);
+                    throw;
+                }
+                return r;
+            });
+        } catch (const placement_error& e) {
+            if (unmappable && *unmappable) return nullptr;
+            if (bytes <= large_threshold) throw;
+            throw large_refusal(bytes, run_region_bytes, e.error_number());
+        }
+        if (clean != 0) {
+            try {
+                admit_or_throw(p, clean * page_size(), source_.mode(), node_set{node_}, "heap: ", range_origin::pooled);
+            } catch (const placement_error& e) {
+                runs_.give(p, pages, false);
+                if (bytes <= large_threshold) throw;
+                throw large_refusal(bytes, pages * page_size(), e.error_number());
+            }
+        }
+        return p;
+    }
+    // The refusal of a large block of `bytes` (`length` bytes mapped), named by the request.
+    placement_error large_refusal(std::size_t bytes, std::size_t length, int refusal) const {
+        return placement_error(node_, bytes, refusal,
+                               std::string("heap: a large block (") + std::to_string(length) + " bytes mapped) " +
+                                   (refusal == ENOMEM ? "is more than the free memory of the node"
+                                                      : std::string("was refused: ") + refusal_reason(refusal)));
+    }
+
     // \returns a new mapping of `bytes` aligned to `bytes` placed by the source on the node, `bound`
     // false when a degrading heap's binding was refused (recorded).
     // \throws placement_error (`size`, the block size, names a failed mapping; admission and binding
@@ -163,6 +238,7 @@ private:
 
     int node_;
     heap_source source_;
+    bool huge_align_; // THP `always`: large runs of a huge page or more start on one (docs/heap.md)
     pthread_rwlock_t fork_gate_;
     span_heap spans_;
     run_heap runs_;

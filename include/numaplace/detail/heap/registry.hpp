@@ -27,11 +27,11 @@ public:
     /// \returns the number of heaps.
     std::size_t size() const noexcept { return count_; }
 
-    /// \effects gives every cached large block of every heap back to the kernel (nothing when no heap
-    /// was made). Never allocates.
-    static void release_large() noexcept {
+    /// \effects gives the free pages of every heap back to the kernel (nothing when no heap was made):
+    /// see node_heap::release_free. Never allocates.
+    static void release_free() noexcept {
         if (heap_registry* r = cell().peek())
-            for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_large();
+            for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_free();
     }
 
     // Fork hooks. Stage heap_registry: no thread is making the heaps. Stage heaps: no thread is inside a

@@ -2,37 +2,45 @@
 #define NUMAPLACE_DETAIL_HEAP_RUN_HEAP_HPP_INCLUDED
 
 /// \file
-/// The page-run allocator of one node heap: mid-size blocks as runs of whole pages, carved best-fit
-/// from 8 MiB regions, coalesced with their free neighbours when freed (boundary tags), and purged
-/// (MADV_DONTNEED) oldest first beyond a bound of possibly resident free pages. Where new regions come
-/// from is the caller's (node_heap: mapped and bound). Design and measurements: docs/heap.md.
+/// The page-run allocator of one node heap: blocks of 16 KiB up to large_run_max as runs of whole
+/// pages, carved from 64 MiB size-aligned regions, coalesced with their free neighbours when freed
+/// (boundary tags). Each free run counts its resident pages (`dirty`: pages of freed blocks, counted
+/// with mincore when a run that is partly resident is split): runs with resident pages are reused
+/// first and stay while the heap's resident pages are within its recent peak in use plus a floor;
+/// beyond that the oldest go back (MADV_DONTNEED), and any unused for `run_decay_ms`. Where new regions come from, and admitting the
+/// clean pages handed out, are the caller's (node_heap). Design and measurements: docs/heap.md.
 
 #include "../../memory.hpp"
 #include "../linux.hpp"
 #include "span.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
+#include <vector>
 
 namespace numaplace {
 namespace detail {
 
 /// Per page of a region, in its header: a run's first and last page carry its length and state; a
-/// free run's first page also carries its links (in its bin's list), how many of its pages may be
-/// resident (an upper bound: pages of blocks freed into it since it was last purged) and when it was
-/// last freed into.
+/// free run's first page also carries its links (in its bin's list), how many of its pages are
+/// resident (`dirty`) and when it was last freed into.
 struct run_meta {
     std::uint32_t len;
     std::uint32_t state;
     std::uint32_t dirty;
-    std::uint32_t stamp; ///< a count of frees into runs (age = now - stamp)
+    std::uint32_t stamp; ///< ms when freed (os_now_ms truncated; age = now - stamp, modulo 2^32)
     run_meta* next;
     run_meta* prev;
 };
 constexpr std::uint32_t run_state_free = 1, run_state_used = 2;
-constexpr std::size_t run_region_bytes = std::size_t(8) << 20;
+constexpr std::size_t run_region_bytes = std::size_t(64) << 20;
 constexpr std::size_t run_header = 64; ///< the region's fields; the run_meta array follows
+/// A free run unused for this long goes back to the kernel (at the heap's next operation after it).
+constexpr std::uint32_t run_decay_ms = 1000;
+/// Free pages kept resident beyond the recent peak in use.
+constexpr std::size_t run_dirty_floor = std::size_t(4) << 20;
 
 /// A region's header, at its start (regions are size-aligned: a block's region is its address masked).
 /// Run metadata lives here, never in a free run, whose pages would otherwise be faulted in to link it.
@@ -46,7 +54,7 @@ struct run_region {
 };
 static_assert(sizeof(run_region) <= run_header, "region fields fit before the metadata");
 
-/// \returns the region holding `p`.
+/// \returns the region holding `p` (a run of a run heap).
 inline run_region* run_region_of(const void* p) noexcept {
     return reinterpret_cast<run_region*>(reinterpret_cast<std::uintptr_t>(p) & ~(std::uintptr_t(run_region_bytes) - 1));
 }
@@ -54,36 +62,40 @@ inline run_region* run_region_of(const void* p) noexcept {
 /// The page runs of one node heap, under one mutex.
 class run_heap {
 public:
-    /// \effects hands out up to `want` (>= 1) runs of `pages` pages as a list in `head`; a new region,
-    /// from `map(run_region_bytes, size, bound)`, only for the first when no free run fits (`size`: the
-    /// run's bytes, for messages; `bound`: whether the heap's policy is in force on it).
-    /// \returns how many (at least one). \throws what `map` throws (nothing is taken then).
+    /// \effects hands out one run of `pages` pages starting at a multiple of `align` pages (a power of
+    /// two; 1: any page): a dirty free run if one fits, else a clean one, else from a new region,
+    /// `map(run_region_bytes, size, bound)` (`size`: the run's bytes, for messages; `bound`: set to
+    /// whether the heap's policy is in force on it).
+    /// \returns the run, and in `clean` how many of its pages are not resident (new memory the caller
+    /// admits). \throws what `map` throws (nothing is taken then).
     template <class Map>
-    std::size_t take(std::size_t pages, std::size_t want, heap_block*& head, Map&& map) {
-        const std::size_t size = pages * page_size();
+    char* take(std::size_t pages, std::size_t align, std::size_t& clean, Map&& map) {
         std::lock_guard<std::mutex> lock(mutex_);
-        heap_block* list = nullptr;
-        std::size_t n = 0;
-        for (; n < want; ++n) {
-            char* p = carve(pages, size, n == 0, map);
-            if (!p) break;
-            auto* b = reinterpret_cast<heap_block*>(p);
-            b->next = list;
-            list = b;
-        }
-        head = list;
-        return n;
+        const std::uint32_t now = clock();
+        char* p = carve(pages, align, map, clean);
+        maintain(now);
+        return p;
     }
-    /// \effects takes back a null-terminated list of runs of `pages` pages (coalesced; an empty region
-    /// beyond one is unmapped), then purges if over the bound. Never allocates.
-    void give(std::size_t pages, heap_block* list) noexcept {
+    /// \effects takes back the run of `pages` pages at `p`, resident if `dirty` (else: its pages were
+    /// never touched), then gives back free pages over the bound or unused too long; an empty region
+    /// beyond one is unmapped. Never allocates.
+    void give(void* p, std::size_t pages, bool dirty = true) noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
-        while (list) {
-            heap_block* b = list;
-            list = list->next;
-            release(reinterpret_cast<char*>(b), pages);
-        }
-        purge();
+        const std::uint32_t now = clock();
+        release(static_cast<char*>(p), pages, dirty, now);
+        maintain(now);
+    }
+    /// \effects gives every free page back to the kernel and unmaps every empty region. Never allocates.
+    void release_all() noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        purge_where([](const run_meta*) { return true; });
+        for (std::size_t k = regions_.size(); k-- > 0;)
+            if (regions_[k]->used == 0) unmap_region(regions_[k]);
+    }
+    /// \returns whether `p` is in one of this heap's regions. Never allocates.
+    bool owns(const void* p) noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return std::binary_search(regions_.begin(), regions_.end(), run_region_of(p));
     }
 
     /// \returns the bytes of runs handed out (thread caches included).
@@ -91,21 +103,24 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         return used_pages_ * page_size();
     }
-    /// \returns the bytes of free runs whose pages may be resident.
+    /// \returns the bytes of free runs whose pages are resident.
     std::size_t bytes_dirty() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
         return dirty_pages_ * page_size();
     }
+    /// \returns the bytes of this heap's regions (mapped, resident or not).
+    std::size_t bytes_mapped() noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return regions_.size() * run_region_bytes;
+    }
 
 private:
     // Free runs are listed in bins by length: bin k holds runs of k pages (1 <= k <= bin_max), bin 0
-    // the longer ones; a bitmap says which bins are not empty. Two sets of bins, clean (purged or never
-    // used) and dirty (some pages may be resident): a run is in the set its `dirty` count says, and
-    // whoever changes that count moves it. Within a bin, the newest first.
+    // the longer ones; a bitmap says which bins are not empty. Two sets of bins, clean and dirty. Within
+    // a bin, the newest first.
     static constexpr std::size_t bin_max = 256;
     static constexpr std::size_t bins = bin_max + 1;
     static constexpr std::size_t words = (bins + 63) / 64;
-    static constexpr std::size_t dirty_floor = std::size_t(1) << 20;
 
     static std::size_t bin_of(std::size_t len) noexcept { return len <= bin_max ? len : 0; }
     void bin_insert(run_meta* m) noexcept {
@@ -124,17 +139,33 @@ private:
         if (!bin_[set][b]) bins_used_[set][b / 64] &= ~(std::uint64_t(1) << (b % 64));
         m->next = m->prev = nullptr;
     }
-    static void set_run(run_region* r, std::size_t i, std::size_t len, std::uint32_t state, std::size_t dirty) noexcept {
+    static void set_run(run_region* r, std::size_t i, std::size_t len, std::uint32_t state) noexcept {
         run_meta* m = r->meta();
         m[i].len = m[i + len - 1].len = static_cast<std::uint32_t>(len);
         m[i].state = m[i + len - 1].state = state;
-        m[i].dirty = static_cast<std::uint32_t>(dirty);
     }
-    // \returns the free run of one set best fitting `pages`: the first of the smallest non-empty bin
-    // >= pages, else the long enough one at the lowest address in bin 0 (so the high end of the address
-    // space stays free, coalesces, and its regions empty and go back).
-    run_meta* find_in(std::size_t set, std::size_t pages) noexcept {
-        if (pages <= bin_max)
+    // Lists [i, i + len) of `r` as a free run with `dirty` resident pages, freed at `stamp`.
+    void set_free(run_region* r, std::size_t i, std::size_t len, std::size_t dirty, std::uint32_t stamp) noexcept {
+        set_run(r, i, len, run_state_free);
+        run_meta& m = r->meta()[i];
+        m.dirty = static_cast<std::uint32_t>(dirty);
+        m.stamp = stamp;
+        bin_insert(&m);
+        dirty_pages_ += m.dirty;
+    }
+    // \returns the first page index where `pages` aligned to `align` pages fit in the free run `m`, or
+    // 0 (never a run's start: the header is there) when they do not fit.
+    static std::size_t fit(run_meta* m, std::size_t pages, std::size_t align) noexcept {
+        run_region* r = run_region_of(m);
+        const std::size_t i = static_cast<std::size_t>(m - r->meta());
+        const std::size_t a = (i + align - 1) & ~(align - 1); // regions are aligned: page index = address
+        return a + pages <= i + m->len ? a : 0;
+    }
+    // \returns the free run of one set best fitting `pages` at `align`: the first of the smallest
+    // non-empty bin >= pages (unaligned requests), else the fitting one at the lowest address in bin 0
+    // (so the high end of the address space stays free, coalesces, and its regions empty and go back).
+    run_meta* find_in(std::size_t set, std::size_t pages, std::size_t align) noexcept {
+        if (pages <= bin_max && align == 1)
             for (std::size_t w = pages / 64; w < words; ++w) {
                 std::uint64_t bits = bins_used_[set][w];
                 if (w == pages / 64) bits &= ~std::uint64_t(0) << (pages % 64);
@@ -142,120 +173,160 @@ private:
             }
         run_meta* lowest = nullptr;
         for (run_meta* m = bin_[set][0]; m; m = m->next)
-            if (m->len >= pages && (!lowest || m < lowest)) lowest = m;
+            if (m->len >= pages && (!lowest || m < lowest) && fit(m, pages, align) != 0) lowest = m;
         return lowest;
-    }
-    // Dirty runs first (resident pages: no page fault, no new resident memory), a clean one when no
-    // dirty one fits.
-    run_meta* find(std::size_t pages) noexcept {
-        if (run_meta* m = find_in(1, pages)) return m;
-        return find_in(0, pages);
     }
     template <class Map>
     run_meta* new_region(std::size_t size, Map& map) {
+        regions_.reserve(regions_.size() + 1); // std::bad_alloc before anything is mapped
         bool bound = false;
         auto* r = static_cast<run_region*>(map(run_region_bytes, size, bound));
+        regions_.insert(std::upper_bound(regions_.begin(), regions_.end(), r), r);
         const std::size_t page = page_size();
         r->pages = static_cast<std::uint32_t>(run_region_bytes / page);
         r->first = static_cast<std::uint32_t>((run_header + r->pages * sizeof(run_meta) + page - 1) / page);
         r->used = 0;
         r->bound = bound;
-        set_run(r, r->first, r->pages - r->first, run_state_free, 0);
-        run_meta* m = &r->meta()[r->first];
-        m->stamp = clock_;
-        bin_insert(m);
+        set_free(r, r->first, r->pages - r->first, 0, clock());
         ++empty_regions_;
-        return m;
+        return &r->meta()[r->first];
     }
-    // \returns a run of `pages` pages, from a new region if `may_map` (else nullptr when none is free).
+    // Unmaps the empty region `r`, its free runs unlisted first.
+    void unmap_region(run_region* r) noexcept {
+        run_meta* m = r->meta();
+        for (std::size_t i = r->first; i < r->pages; i += m[i].len) {
+            bin_remove(&m[i]);
+            dirty_pages_ -= m[i].dirty;
+        }
+        --empty_regions_;
+        const auto it = std::lower_bound(regions_.begin(), regions_.end(), r);
+        if (it != regions_.end() && *it == r) regions_.erase(it); // never allocates
+        memory::unmap(r, run_region_bytes);
+    }
+    // \returns a run of `pages` pages at a multiple of `align` pages: dirty first (resident pages: no
+    // page fault, no new memory), then clean, then from a new region. `clean`: its pages not resident.
     template <class Map>
-    char* carve(std::size_t pages, std::size_t size, bool may_map, Map& map) {
-        run_meta* m = find(pages);
-        if (!m) {
-            if (!may_map) return nullptr;
-            m = new_region(size, map);
-        }
+    char* carve(std::size_t pages, std::size_t align, Map& map, std::size_t& clean) {
+        run_meta* m = find_in(1, pages, align);
+        if (!m) m = find_in(0, pages, align);
+        if (!m) m = new_region(pages * page_size(), map);
         run_region* r = run_region_of(m);
-        const std::size_t i = static_cast<std::size_t>(m - r->meta()), len = m->len, dirty = m->dirty;
+        const std::size_t i = static_cast<std::size_t>(m - r->meta()), len = m->len, a = fit(m, pages, align);
+        const std::size_t dirty = m->dirty;
+        const std::uint32_t stamp = m->stamp;
         bin_remove(m);
+        dirty_pages_ -= dirty;
         if (r->used == 0) --empty_regions_;
-        set_run(r, i, pages, run_state_used, 0);
-        if (len > pages) { // the rest stays free; it keeps the dirty count that can still be in it
-            const std::size_t rest = len - pages, rest_dirty = dirty < rest ? dirty : rest;
-            set_run(r, i + pages, rest, run_state_free, rest_dirty);
-            r->meta()[i + pages].stamp = m->stamp;
-            bin_insert(&r->meta()[i + pages]);
-            dirty_pages_ -= dirty - rest_dirty;
-        } else {
-            dirty_pages_ -= dirty;
+        // How many resident pages the part before and the run itself take: all or none when the free
+        // run is all dirty or all clean, else counted (mincore).
+        std::size_t before = 0, mine = 0;
+        if (dirty == len) before = a - i, mine = pages;
+        else if (dirty != 0) {
+            before = resident(r->page_at(i), a - i);
+            mine = resident(r->page_at(a), pages);
+            if (before + mine > dirty) mine = dirty - before < mine ? dirty - before : mine; // unknown pages
         }
+        if (a > i) set_free(r, i, a - i, before, stamp); // the parts before and after stay free
+        set_run(r, a, pages, run_state_used);
+        if (a + pages < i + len) set_free(r, a + pages, i + len - (a + pages), dirty - before - mine, stamp);
+        clean = pages - mine;
         r->used += static_cast<std::uint32_t>(pages);
         used_pages_ += pages;
-        return r->page_at(i);
+        if (used_pages_ > peak_) peak_ = used_pages_;
+        return r->page_at(a);
     }
-    // Frees the run of `pages` at `p`: coalesced with its free neighbours; an empty region beyond the
-    // one kept is unmapped.
-    void release(char* p, std::size_t pages) noexcept {
+    // Frees the run of `pages` at `p` (all resident if `dirty`, else none): coalesced with its free
+    // neighbours, whose resident pages it counts; an empty region beyond the one kept is unmapped.
+    void release(char* p, std::size_t pages, bool dirty, std::uint32_t now) noexcept {
         run_region* r = run_region_of(p);
         run_meta* m = r->meta();
-        std::size_t i = static_cast<std::size_t>(p - reinterpret_cast<char*>(r)) / page_size(), len = pages, dirty = pages;
+        std::size_t i = static_cast<std::size_t>(p - reinterpret_cast<char*>(r)) / page_size(), len = pages;
+        std::size_t resident_pages = dirty ? pages : 0;
         r->used -= static_cast<std::uint32_t>(pages);
         used_pages_ -= pages;
         if (i > r->first && m[i - 1].state == run_state_free) { // the run before, by its last page
             run_meta* left = &m[i - m[i - 1].len];
             bin_remove(left);
+            dirty_pages_ -= left->dirty;
+            resident_pages += left->dirty;
             i -= left->len;
             len += left->len;
-            dirty += left->dirty;
-            dirty_pages_ -= left->dirty;
         }
         if (i + len < r->pages && m[i + len].state == run_state_free) { // the run after, by its first page
             run_meta* right = &m[i + len];
             bin_remove(right);
-            len += right->len;
-            dirty += right->dirty;
             dirty_pages_ -= right->dirty;
+            resident_pages += right->dirty;
+            len += right->len;
         }
+        set_free(r, i, len, resident_pages, now);
         if (r->used == 0) {
-            if (empty_regions_ >= 1) { // one empty region is enough
-                memory::unmap(r, run_region_bytes);
-                return;
-            }
             ++empty_regions_;
+            if (empty_regions_ > 1) unmap_region(r); // one empty region is enough
         }
-        set_run(r, i, len, run_state_free, dirty);
-        m[i].stamp = ++clock_;
-        bin_insert(&m[i]);
-        dirty_pages_ += dirty;
     }
-    // Beyond the dirty bound (the run pages in use, at least dirty_floor = 1 MiB), gives back the pages
-    // of the dirty free runs freed into longest ago until half the bound is left. Ages are bucketed by
-    // powers of two: one pass sums the dirty pages per bucket, a second purges from the oldest bucket
-    // down to the one that brings the count under the target.
-    void purge() noexcept {
-        const std::size_t page = page_size(), floor = dirty_floor / page;
-        const std::size_t limit = used_pages_ > floor ? used_pages_ : floor;
-        if (dirty_pages_ <= limit) return;
-        const std::size_t target = limit / 2;
+
+    static std::uint32_t clock() noexcept { return static_cast<std::uint32_t>(os_now_ms()); }
+
+    // After every operation: free pages unused for run_decay_ms go back (checked every quarter of it);
+    // and while the resident pages (in use + dirty) are over the peak in use of this and the last decay
+    // period plus run_dirty_floor, the oldest dirty runs go back until the dirty pages are half what
+    // that bound leaves them. A heap cycling a working set keeps it resident; one that shrank gives the
+    // difference back within a decay period or two; an idle one at its next operation.
+    void maintain(std::uint32_t now) noexcept {
+        if (now - window_start_ >= run_decay_ms) {
+            prev_peak_ = peak_;
+            peak_ = used_pages_;
+            window_start_ = now;
+        }
+        if (dirty_pages_ == 0) return;
+        if (now - last_decay_ >= run_decay_ms / 4) {
+            last_decay_ = now;
+            purge_where([now](const run_meta* m) { return now - m->stamp >= run_decay_ms; });
+        }
+        const std::size_t limit = (peak_ > prev_peak_ ? peak_ : prev_peak_) + run_dirty_floor / page_size();
+        if (used_pages_ + dirty_pages_ <= limit) return;
+        const std::size_t target = (limit - used_pages_) / 2; // limit >= peak_ >= used_pages_
+        // Oldest first, by ages bucketed in powers of two: one pass sums the dirty pages per bucket, a
+        // second purges from the oldest bucket down to the one that brings the count under the target.
         std::size_t by_age[33] = {};
-        for_each_dirty([&](run_meta* m) { by_age[age_bucket(m)] += m->dirty; });
+        for_each_dirty([&](run_meta* m) { by_age[age_bucket(m, now)] += m->dirty; });
         std::size_t cutoff = 33, left = dirty_pages_;
         while (cutoff > 0 && left > target) left -= by_age[--cutoff];
+        purge_where([&](const run_meta* m) { return age_bucket(m, now) >= cutoff; });
+    }
+    static std::size_t age_bucket(const run_meta* m, std::uint32_t now) noexcept {
+        const std::uint32_t age = now - m->stamp;
+        return age == 0 ? 0 : 32 - static_cast<std::size_t>(__builtin_clz(age));
+    }
+    // Gives back the pages of the dirty runs `pred` selects (they become clean).
+    template <class Pred>
+    void purge_where(Pred pred) noexcept {
+        const std::size_t page = page_size();
         for_each_dirty([&](run_meta* m) {
-            if (age_bucket(m) < cutoff) return;
+            if (!pred(m)) return;
             run_region* r = run_region_of(m);
             os_advise(r->page_at(static_cast<std::size_t>(m - r->meta())), m->len * page, page_advice::dont_need);
             bin_remove(m);
             dirty_pages_ -= m->dirty;
             m->dirty = 0;
-            bin_insert(m); // now clean
+            bin_insert(m);
         });
     }
-    std::size_t age_bucket(const run_meta* m) const noexcept {
-        const std::uint32_t age = clock_ - m->stamp;
-        return age == 0 ? 0 : 32 - static_cast<std::size_t>(__builtin_clz(age));
+    // \returns how many of the `pages` pages at `p` are resident (all, when mincore fails).
+    static std::size_t resident(char* p, std::size_t pages) noexcept {
+        unsigned char vec[1024];
+        std::size_t n = 0;
+        for (std::size_t done = 0; done < pages;) {
+            const std::size_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
+            if (os_resident(p + done * page_size(), k * page_size(), vec) != 0) return pages;
+            for (std::size_t j = 0; j < k; ++j) n += vec[j] & 1;
+            done += k;
+        }
+        return n;
     }
-    // Calls f on every dirty free run; f may move the run to the clean set (the next is taken first).
+    // Calls f on every dirty free run; f may make the run clean (the next is taken first; free runs
+    // are never neighbours, so f never touches the next).
     template <class F>
     void for_each_dirty(F f) noexcept {
         for (std::size_t w = 0; w < words; ++w)
@@ -267,11 +338,13 @@ private:
                 }
     }
 
-    std::mutex mutex_;               // guards everything below
-    run_meta* bin_[2][bins] = {};    // [clean, dirty][length bin]
+    std::mutex mutex_; // guards everything below
+    run_meta* bin_[2][bins] = {}; // [clean, dirty][length bin]
     std::uint64_t bins_used_[2][words] = {};
     std::size_t used_pages_ = 0, dirty_pages_ = 0, empty_regions_ = 0;
-    std::uint32_t clock_ = 0; // frees into runs so far (wraps; only differences are used)
+    std::size_t peak_ = 0, prev_peak_ = 0;            // pages in use at most, this decay period and the last
+    std::uint32_t window_start_ = 0, last_decay_ = 0; // ms (truncated)
+    std::vector<run_region*> regions_;                // sorted
 };
 
 } // namespace detail

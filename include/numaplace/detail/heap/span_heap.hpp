@@ -83,6 +83,31 @@ public:
         }
     }
 
+    /// \effects unmaps every empty span: the spares of every class and the cache. Never allocates.
+    void release_all() noexcept {
+        for (std::size_t c = 0; c < heap_class_count; ++c) {
+            std::lock_guard<std::mutex> lock(class_mutex_[c]);
+            for (heap_span* s = partial_[c]; s;) {
+                heap_span* next = s->next;
+                if (s->spare) {
+                    s->spare = false;
+                    spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
+                    unlink(c, s);
+                    release(s);
+                }
+                s = next;
+            }
+        }
+        std::lock_guard<std::mutex> lock(span_mutex_);
+        for (heap_span** list : {hot_, cold_})
+            for (std::size_t b = 0; b < span_buckets; ++b)
+                while (heap_span* s = list[b]) {
+                    list[b] = s->next;
+                    memory::unmap(s, s->bytes);
+                }
+        hot_bytes_ = cold_bytes_ = 0;
+    }
+
 private:
     static constexpr std::size_t cache_floor = std::size_t(2) << 20;
     static constexpr std::size_t spare_floor = std::size_t(1) << 20;

@@ -1,0 +1,221 @@
+#ifndef NUMAPLACE_DETAIL_PLACED_CACHE_HPP_INCLUDED
+#define NUMAPLACE_DETAIL_PLACED_CACHE_HPP_INCLUDED
+
+/// \file
+/// Freed own mappings of allocators (the blocks no node heap serves: interleaved, weighted and
+/// partitioned blocks of a page or more, over-aligned blocks), kept mapped and placed for reuse by an
+/// allocation of the same placement, size and alignment: their pages are where that placement put
+/// them, so a block is reused only for the very same layout. Given back when unused for
+/// `large_decay_ms`, oldest first beyond the larger of `placed_cache_floor` and the bytes of own
+/// mappings in use, and by release_cached_memory(). Design: docs/heap.md.
+
+#include "config.hpp"
+#include "fork.hpp"
+#include "heap/large_cache.hpp"
+#include "linux.hpp"
+#include "../memory.hpp"
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace numaplace {
+namespace detail {
+
+/// Cached own mappings kept at least up to this many bytes whatever is in use.
+constexpr std::size_t placed_cache_floor = std::size_t(64) << 20;
+
+// Optional members of a placement: `reusable(p)` (may a freed block be reused as it is), `reused(p,
+// bytes)` (record a block handed out again). partitioned has both (its record for replace).
+template <class P, class = void>
+struct has_reuse_hooks : std::false_type {};
+template <class P>
+struct has_reuse_hooks<P, decltype(std::declval<const P&>().reusable(nullptr),
+                                   std::declval<const P&>().reused(nullptr, std::size_t(0)), void())> : std::true_type {};
+
+/// The process's cache of freed own mappings, under one mutex: a fixed table (nothing is allocated).
+class placed_cache {
+public:
+    static constexpr std::size_t slots = 64;
+    static constexpr std::size_t key_bytes = 64;
+
+    /// \returns the process's cache, made on first use. Never destroyed.
+    static placed_cache& instance() {
+        return cell().get([] { return new placed_cache(); });
+    }
+    static lazy_global<placed_cache>& cell() noexcept {
+        static lazy_global<placed_cache> c; // constant-initialised: no guard
+        return c;
+    }
+    std::mutex& mutex() noexcept { return mutex_; }
+
+    /// \returns a cached block mapped for `bytes` at `alignment` and placed by `placement` (equal
+    /// placements: the same layout), or nullptr (then the caller maps one and calls `mapped`). Counts it
+    /// in use. \throws what `placement.reused` throws (std::bad_alloc), the block unmapped.
+    template <class P>
+    void* take(const P& placement, std::size_t bytes, std::size_t alignment) {
+        static_assert(std::is_trivially_copyable<P>::value && sizeof(P) <= key_bytes && alignof(P) <= alignof(std::max_align_t),
+                      "placements are small trivially copyable handles");
+        void* victims[slots];
+        std::size_t n = 0, victim_bytes[slots];
+        void* found = nullptr;
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            decay(os_now_ms(), victims, victim_bytes, n);
+            for (entry& e : table_)
+                if (e.p && e.tag == &tag<P>::id && e.bytes == bytes && e.alignment == alignment &&
+                    *std::launder(reinterpret_cast<const P*>(e.key)) == placement) {
+                    found = e.p;
+                    cached_ -= memory::page_round(e.bytes);
+                    in_use_ += bytes;
+                    e.p = nullptr;
+                    break;
+                }
+        }
+        for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
+        if constexpr (has_reuse_hooks<P>::value) {
+            if (found) try {
+                    placement.reused(found, bytes);
+                } catch (...) {
+                    gone(bytes);
+                    memory::unmap(found, bytes);
+                    throw;
+                }
+        }
+        return found;
+    }
+    /// \effects counts in use a block mapped for `bytes` that `take` did not serve (a new mapping).
+    void mapped(std::size_t bytes) noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_use_ += bytes;
+    }
+    /// \effects counts out of use a block of `bytes` unmapped without `give`.
+    void gone(std::size_t bytes) noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        in_use_ = in_use_ > bytes ? in_use_ - bytes : 0;
+    }
+    /// \effects takes back a block of `bytes` at `alignment` placed by `placement`: kept for reuse (no
+    /// longer a placed buffer for replace: see buffer_record.hpp), or unmapped beyond the bound (the
+    /// oldest first) or when the placement says it cannot be reused. Never allocates.
+    template <class P>
+    void give(const P& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+        if constexpr (has_reuse_hooks<P>::value) {
+            if (!placement.reusable(p)) {
+                gone(bytes);
+                return memory::unmap(p, bytes);
+            }
+        }
+        if (const auto observer = unmap_observer.load(std::memory_order_acquire)) // freed, as for unmap
+            observer(p, memory::page_round(bytes == 0 ? 1 : bytes));
+        void* victims[slots + 1];
+        std::size_t n = 0, victim_bytes[slots + 1];
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            in_use_ = in_use_ > bytes ? in_use_ - bytes : 0;
+            const std::int64_t now = os_now_ms();
+            decay(now, victims, victim_bytes, n);
+            const std::size_t length = memory::page_round(bytes);
+            const std::size_t limit = in_use_ > placed_cache_floor ? in_use_ : placed_cache_floor;
+            entry* slot = nullptr;
+            if (length <= limit) {
+                for (entry& e : table_)
+                    if (!e.p) {
+                        slot = &e;
+                        break;
+                    }
+                if (!slot) slot = oldest_evicted(victims, victim_bytes, n);
+                while (cached_ + length > limit) {
+                    entry* old = oldest();
+                    if (!old) break;
+                    evict(*old, victims, victim_bytes, n);
+                }
+            }
+            if (slot) {
+                slot->p = p;
+                slot->bytes = bytes;
+                slot->alignment = alignment;
+                slot->freed_at = now;
+                slot->tag = &tag<P>::id;
+                ::new (static_cast<void*>(slot->key)) P(placement);
+                cached_ += length;
+                p = nullptr;
+            }
+        }
+        for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
+        if (p) memory::unmap(p, bytes);
+    }
+    /// \effects unmaps every cached block. Never allocates.
+    void release_all() noexcept {
+        void* victims[slots];
+        std::size_t n = 0, victim_bytes[slots];
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            for (entry& e : table_)
+                if (e.p) evict(e, victims, victim_bytes, n);
+        }
+        for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
+    }
+    /// \returns the bytes cached now.
+    std::size_t cached_bytes() noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        return cached_;
+    }
+
+private:
+    template <class P>
+    struct tag {
+        static constexpr char id = 0; // its address names the placement type
+    };
+    struct entry {
+        void* p = nullptr; // null: a free slot
+        std::size_t bytes = 0, alignment = 0;
+        std::int64_t freed_at = 0;
+        const char* tag = nullptr;
+        alignas(std::max_align_t) unsigned char key[key_bytes] = {};
+    };
+
+    placed_cache() = default;
+
+    entry* oldest() noexcept {
+        entry* o = nullptr;
+        for (entry& e : table_)
+            if (e.p && (!o || e.freed_at < o->freed_at)) o = &e;
+        return o;
+    }
+    void evict(entry& e, void** victims, std::size_t* victim_bytes, std::size_t& n) noexcept {
+        victims[n] = e.p;
+        victim_bytes[n++] = e.bytes;
+        cached_ -= memory::page_round(e.bytes);
+        e.p = nullptr;
+    }
+    entry* oldest_evicted(void** victims, std::size_t* victim_bytes, std::size_t& n) noexcept {
+        entry* o = oldest();
+        if (o) evict(*o, victims, victim_bytes, n);
+        return o;
+    }
+    // Blocks unused for large_decay_ms are handed to the caller to unmap (outside the lock).
+    void decay(std::int64_t now, void** victims, std::size_t* victim_bytes, std::size_t& n) noexcept {
+        if (cached_ == 0) return;
+        for (entry& e : table_)
+            if (e.p && now - e.freed_at >= large_decay_ms) evict(e, victims, victim_bytes, n);
+    }
+
+    std::mutex mutex_; // guards everything below
+    entry table_[slots];
+    std::size_t cached_ = 0; // page-rounded bytes of cached blocks
+    std::size_t in_use_ = 0; // bytes of own mappings handed out
+};
+
+inline std::mutex& placed_cache_lock(placed_cache& c) noexcept { return c.mutex(); }
+inline const fork_hook_registration placed_cache_fork_hook{
+    fork_stage::placed_cache,
+    locked_global_hooks<placed_cache, &placed_cache::cell, std::mutex, &placed_cache_lock>::hook()};
+
+} // namespace detail
+} // namespace numaplace
+
+#endif
