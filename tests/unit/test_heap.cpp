@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <set>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -849,4 +850,74 @@ TEST(heap, fork_with_cached_large_blocks_lets_the_child_allocate_them) {
         return numaplace_test::wait_child(pid, 20);
     });
     EXPECT_EQ(code, 0);
+}
+
+// ---- Thread caches across threads: transfer lists, and budgets shared by the threads ----
+
+TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release_empties_the_lists) {
+    const int code = numaplace_test::run_child([] {
+        node_allocator<char> a(0);
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        release_cached_memory();
+        if (heap.parked_bytes() != 0) return 1;
+        const std::size_t size = 64; // 256 cached per thread, batches of 128
+        for (const bool consumer_allocates : {true, false}) {
+            // true: the consumer has a cache list and gives back whole batches (transfer lists);
+            // false: it never allocates here, every free goes on the class's remote stack, no lock
+            const std::size_t n = consumer_allocates ? 2048 : 200;
+            std::vector<char*> made(n);
+            for (auto& p : made) p = a.allocate(size);
+            std::thread consumer([&] {
+                if (consumer_allocates) a.deallocate(a.allocate(size), size);
+                for (char* p : made) a.deallocate(p, size);
+            });
+            consumer.join();
+            const std::size_t parked = heap.parked_bytes();
+            if (parked == 0 || parked > (std::size_t(1) << 20)) return consumer_allocates ? 2 : 12;
+            std::set<char*> freed(made.begin(), made.end());
+            std::size_t from_freed = 0;
+            std::thread producer([&] {
+                for (int i = 0; i < 128; ++i) {
+                    char* p = a.allocate(size); // the first refill takes a list (or the stack) whole
+                    from_freed += freed.count(p);
+                    made[static_cast<std::size_t>(i)] = p;
+                }
+                for (int i = 0; i < 128; ++i) a.deallocate(made[static_cast<std::size_t>(i)], size);
+            });
+            producer.join();
+            if (from_freed != 128) return consumer_allocates ? 3 : 13;
+            release_cached_memory();
+            if (heap.parked_bytes() != 0) return consumer_allocates ? 5 : 15; // back in their spans
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "2/12: nothing parked (or over 1 MiB), 3/13: a refill did not get the freed blocks, "
+                          "5/15: release_cached_memory kept them (1x: transfer lists, 1xx: remote stacks)";
+}
+
+TEST(heap, many_threads_share_the_cache_budget) {
+    const int code = numaplace_test::run_child([] {
+        constexpr int threads = 16;
+        std::atomic<int> arrived{0}, over{0};
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+            pool.emplace_back([&] {
+                node_allocator<char> a(0);
+                a.deallocate(a.allocate(64), 64); // this thread's cache exists
+                ++arrived;
+                while (arrived.load() < threads) std::this_thread::yield();
+                // 8 classes x 256 KiB freed: 2 MiB a cache of 4 MiB would keep
+                std::vector<std::pair<char*, std::size_t>> v;
+                for (std::size_t size : {1024u, 1280u, 1536u, 1792u, 2048u, 2560u, 3072u, 3584u})
+                    for (std::size_t k = 0; k < (256u << 10) / size; ++k) v.emplace_back(a.allocate(size), size);
+                for (auto& b : v) a.deallocate(b.first, b.second);
+                detail::thread_cache* c = detail::thread_cache::current();
+                if (!c || c->budget() > (std::size_t(1) << 20) || c->cached_bytes() > c->budget()) ++over;
+                ++arrived; // stay alive until every thread has measured
+                while (arrived.load() < 2 * threads) std::this_thread::yield();
+            });
+        for (auto& t : pool) t.join();
+        return over.load();
+    });
+    EXPECT_EQ(code, 0) << "threads whose cache kept more than 1 MiB with 16 threads alive";
 }

@@ -70,9 +70,9 @@ public:
         return spans_.take(slot, want, head, map);
     }
 
-    /// \effects takes back a null-terminated list of slot `slot`; memory left empty goes back to the
-    /// kernel or to the bounded caches. Never allocates.
-    void give(std::size_t slot, heap_block* list) noexcept {
+    /// \effects takes back a null-terminated list of `count` blocks of slot `slot`; memory left empty
+    /// goes back to the kernel or to the bounded caches. Never allocates.
+    void give(std::size_t slot, heap_block* list, std::size_t count) noexcept {
         gate_pass pass(fork_gate_);
         if (slot >= heap_class_count) {
             while (list) {
@@ -82,7 +82,17 @@ public:
             }
             return;
         }
-        spans_.give(slot, list);
+        spans_.give(slot, list, count);
+    }
+
+    /// \effects takes back one block of slot `slot` freed by a thread that caches none of this heap: a
+    /// span block goes on its class's remote stack without a lock or the fork gate (span_heap::give_one).
+    /// Never allocates.
+    void give_one(std::size_t slot, heap_block* b) noexcept {
+        if (slot < heap_class_count && !spans_.give_one(slot, b)) return; // lock-free: no gate
+        gate_pass pass(fork_gate_);
+        if (slot >= heap_class_count) return runs_.give(b, slot - heap_class_count);
+        spans_.drain_remote_now(slot);
     }
 
     /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to large_run_max, a page
@@ -99,9 +109,9 @@ public:
             bool unmappable = false;
             if (void* p = take_run(bytes, pages, align, &unmappable)) return p;
         }
-        return large_.take(bytes, [this, bytes](std::size_t length, std::size_t alignment) {
+        return large_.take(bytes, [this, bytes](std::size_t length, std::size_t start_alignment) {
             void* p = nullptr;
-            const int err = memory::try_map(length, alignment, p);
+            const int err = memory::try_map(length, start_alignment, p);
             if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
             try {
                 place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
@@ -147,6 +157,9 @@ public:
         if (child) init_gate();
     }
 
+    /// \returns the bytes of span blocks freed but not in their spans: transfer lists (given back whole
+    /// by thread caches) and remote stacks (freed by threads without a cache list).
+    std::size_t parked_bytes() noexcept { return spans_.parked_bytes(); }
     /// \returns the bytes of page runs handed out (thread caches included).
     std::size_t run_bytes_in_use() noexcept { return runs_.bytes_in_use(); }
     /// \returns the bytes of free page runs whose pages may be resident.

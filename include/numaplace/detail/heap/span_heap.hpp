@@ -28,11 +28,30 @@ public:
     /// the class has a block left, takes an empty span from the cache, else `map(bytes, size, bound)`:
     /// a new mapping of `bytes` aligned to `bytes` for blocks of `size`, `bound` telling whether the
     /// heap's policy is in force on it.
-    /// \returns how many (at least one). \throws what `map` throws (nothing is taken then).
+    /// \returns how many (at least one; a transfer list of up to 2 `want` when `want` > 1).
+    /// \throws what `map` throws (nothing is taken then).
     template <class Map>
     std::size_t take(std::size_t c, std::size_t want, heap_block*& head, Map&& map) {
         const heap_class_info& info = heap_table.info[c];
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
+        if (want > 1) // blocks freed by threads without a cache list: handed out whole when they fit
+            if (heap_block* r = remote_[c].head.exchange(nullptr, std::memory_order_acquire)) {
+                std::size_t n = 0; // the taker owns the stack now: it may walk it
+                for (heap_block* b = r; b; b = b->next) ++n;
+                remote_[c].count.fetch_sub(n, std::memory_order_relaxed);
+                if (n <= 2 * want) {
+                    head = r;
+                    return n;
+                }
+                give_blocks(c, r);
+            }
+        transfer_list& t = transfer_[c];
+        if (t.n != 0 && want > 1 && t.count[t.n - 1] <= 2 * want) { // a whole list another thread gave back
+            --t.n;
+            head = t.head[t.n];
+            transfer_bytes_.fetch_sub(t.count[t.n] * info.size, std::memory_order_relaxed);
+            return t.count[t.n];
+        }
         std::size_t n = 0;
         heap_block* list = nullptr;
         while (n < want) {
@@ -68,12 +87,24 @@ public:
         return n;
     }
 
-    /// \effects takes back a null-terminated list of class `c`. A span left empty stays a spare of its
+    /// \effects takes back a null-terminated list of `count` blocks of class `c`. A list of about a
+    /// thread cache's batch is kept whole for the next refill of a batch (a transfer list) while there
+    /// is room; otherwise its blocks go back to their spans. A span left empty stays a spare of its
     /// class while the spares are under their limit, else goes to the cache. Then spares over the limit
     /// go back: class `c`'s, and those of other classes whose lock is free now. Never allocates.
-    void give(std::size_t c, heap_block* list) noexcept {
+    void give(std::size_t c, heap_block* list, std::size_t count) noexcept {
+        const heap_class_info& info = heap_table.info[c];
         {
             std::lock_guard<std::mutex> lock(class_mutex_[c]);
+            transfer_list& t = transfer_[c];
+            if (count * 2 >= info.batch && count <= info.cache_max && t.n < transfer_slots &&
+                transfer_bytes_.load(std::memory_order_relaxed) + count * info.size <= transfer_limit) {
+                t.head[t.n] = list;
+                t.count[t.n] = static_cast<std::uint32_t>(count);
+                ++t.n;
+                transfer_bytes_.fetch_add(count * info.size, std::memory_order_relaxed);
+                return;
+            }
             give_blocks(c, list);
         }
         for (std::size_t d = 0; d < heap_class_count && spare_bytes_.load(std::memory_order_relaxed) > spare_limit(); ++d) {
@@ -83,10 +114,47 @@ public:
         }
     }
 
-    /// \effects unmaps every empty span: the spares of every class and the cache. Never allocates.
+    /// \effects frees one block of class `c` for a thread that caches none of this heap (a consumer
+    /// that never allocates here, or a thread past its cache's end): pushed on the class's remote stack
+    /// without a lock (no span touched, no fork gate needed: a fork amid a push loses at most this block in
+    /// the child, whose pusher does not exist there); from cache_max blocks on, the pusher returns the
+    /// stack to the spans. The next refill of a batch takes the stack whole. Never allocates.
+    /// \returns true when the stack is long: the caller then calls drain_remote_now (under the fork gate).
+    bool give_one(std::size_t c, heap_block* b) noexcept {
+        remote_stack& r = remote_[c];
+        const std::size_t n = r.count.fetch_add(1, std::memory_order_relaxed) + 1; // counted before pushed
+        heap_block* head = r.head.load(std::memory_order_relaxed);
+        do {
+            b->next = head; // never reads another block: no ABA
+        } while (!r.head.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
+        return n >= heap_table.info[c].cache_max;
+    }
+    /// \effects returns class `c`'s remote stack to its spans (give_one said it is long). Never allocates.
+    void drain_remote_now(std::size_t c) noexcept {
+        std::lock_guard<std::mutex> lock(class_mutex_[c]);
+        drain_remote(c);
+    }
+
+    /// \returns the bytes of blocks in transfer lists and on remote stacks (freed, not in their spans).
+    std::size_t parked_bytes() const noexcept {
+        std::size_t n = transfer_bytes_.load(std::memory_order_relaxed);
+        for (std::size_t c = 0; c < heap_class_count; ++c)
+            n += remote_[c].count.load(std::memory_order_relaxed) * heap_table.info[c].size;
+        return n;
+    }
+
+    /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
+    /// empty span: the spares of every class and the cache. Never allocates.
     void release_all() noexcept {
         for (std::size_t c = 0; c < heap_class_count; ++c) {
             std::lock_guard<std::mutex> lock(class_mutex_[c]);
+            drain_remote(c);
+            transfer_list& t = transfer_[c];
+            while (t.n != 0) { // the transfer lists' blocks back to their spans first
+                --t.n;
+                transfer_bytes_.fetch_sub(t.count[t.n] * heap_table.info[c].size, std::memory_order_relaxed);
+                give_blocks(c, t.head[t.n]);
+            }
             for (heap_span* s = partial_[c]; s;) {
                 heap_span* next = s->next;
                 if (s->spare) {
@@ -109,10 +177,31 @@ public:
     }
 
 private:
+    // Transfer lists: per class up to transfer_slots lists, at most transfer_limit bytes per heap.
+    static constexpr std::size_t transfer_slots = 4;
+    static constexpr std::size_t transfer_limit = std::size_t(1) << 20;
+    struct remote_stack {
+        std::atomic<heap_block*> head{nullptr};
+        std::atomic<std::size_t> count{0}; // at least the blocks on the stack (counted before pushed)
+    };
+    struct transfer_list {
+        heap_block* head[transfer_slots];
+        std::uint32_t count[transfer_slots];
+        std::size_t n;
+    };
     static constexpr std::size_t cache_floor = std::size_t(2) << 20;
     static constexpr std::size_t spare_floor = std::size_t(1) << 20;
     static constexpr std::size_t span_buckets = 8; // span sizes 64 KiB .. 8 MiB
 
+    // Under class c's lock: the remote stack's blocks back to their spans.
+    void drain_remote(std::size_t c) noexcept {
+        heap_block* list = remote_[c].head.exchange(nullptr, std::memory_order_acquire);
+        if (!list) return;
+        std::size_t n = 0;
+        for (heap_block* b = list; b; b = b->next) ++n;
+        remote_[c].count.fetch_sub(n, std::memory_order_relaxed);
+        give_blocks(c, list);
+    }
     // Under class c's lock.
     void give_blocks(std::size_t c, heap_block* list) noexcept {
         while (list) {
@@ -247,7 +336,10 @@ private:
         return s;
     }
 
-    std::mutex class_mutex_[heap_class_count]; // guards partial_[c] and the spans of class c
+    std::mutex class_mutex_[heap_class_count]; // guards partial_[c], transfer_[c] and the spans of class c
+    transfer_list transfer_[heap_class_count] = {};
+    remote_stack remote_[heap_class_count];
+    std::atomic<std::size_t> transfer_bytes_{0};
     std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)
     heap_span* partial_[heap_class_count] = {};
     std::atomic<std::size_t> spare_bytes_{0};

@@ -2,7 +2,8 @@
 #define NUMAPLACE_DETAIL_HEAP_THREAD_CACHE_HPP_INCLUDED
 
 /// \file
-/// Each thread's cache of heap blocks (bounded per slot, 4 MiB in all, 1 MiB of page runs), and the
+/// Each thread's cache of heap blocks (bounded per slot, 1..4 MiB in all by the number of threads, 1 MiB
+/// of page runs), and the
 /// out-of-line allocate and deallocate that go through it to the heaps. Design: docs/heap.md.
 
 #include "../config.hpp"
@@ -10,6 +11,7 @@
 #include "size_classes.hpp"
 #include "span.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 
@@ -20,6 +22,7 @@ namespace detail {
 class thread_cache {
 public:
     ~thread_cache() {
+        caches().fetch_sub(1, std::memory_order_relaxed);
         flush_all();
         for (std::size_t h = 0; h < count_; ++h) delete[] lists_[h];
         delete[] lists_;
@@ -36,6 +39,7 @@ public:
         list& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
+            budget_ = budget_now();
             l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head);
             counted(heap, slot, l.count * info.size, true);
         }
@@ -66,7 +70,7 @@ public:
         if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return try_push_run(heap, slot, p);
         list& l = ls[slot];
         const heap_class_info& info = heap_table.info[slot];
-        if (NUMAPLACE_UNLIKELY(l.count >= info.cache_max || bytes_ + info.size > budget)) return false;
+        if (NUMAPLACE_UNLIKELY(l.count >= info.cache_max || bytes_ + info.size > budget_)) return false;
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
@@ -79,7 +83,7 @@ public:
     NUMAPLACE_NOINLINE bool try_push_run(std::size_t heap, std::size_t slot, void* p) noexcept {
         list& l = lists_[heap][slot];
         const heap_slot_info info = heap_slot_info_of(slot);
-        if (l.count >= info.cache_max || bytes_ + info.size > budget || run_bytes_ + info.size > run_budget) return false;
+        if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
@@ -99,11 +103,15 @@ public:
         l.head = b;
         ++l.count;
         counted(heap, slot, info.size, true);
-        if (NUMAPLACE_UNLIKELY(l.count > info.cache_max)) trim(heap, slot, info.batch);
+        if (NUMAPLACE_UNLIKELY(l.count > info.cache_max)) trim(heap, slot, l.count - info.batch); // a batch back
         if (NUMAPLACE_UNLIKELY(run_bytes_ > run_budget)) evict_runs(heap, slot);
-        if (NUMAPLACE_UNLIKELY(bytes_ > budget)) shrink(heap);
+        if (NUMAPLACE_UNLIKELY(bytes_ > budget_)) shrink(heap);
         return true;
     }
+
+    /// \returns the bytes this thread caches now, and the most it may cache (its budget at its last refill).
+    std::size_t cached_bytes() const noexcept { return bytes_; }
+    std::size_t budget() const noexcept { return budget_; }
 
     enum { none = 0, alive = 1, dead = 2 };
     // Trivially destructible thread-locals (no init guard, readable after the cache is gone).
@@ -134,7 +142,19 @@ public:
     }
 
 private:
-    static constexpr std::size_t budget = std::size_t(4) << 20;
+    // Bytes a thread caches: all_budget shared by the threads that have a cache, at least min_budget and
+    // at most max_budget each (many more threads than cores, each with 4 MiB, raised the peak 1.7x
+    // glibc's: docs/heap.md). Read again at every refill from the heap.
+    static constexpr std::size_t max_budget = std::size_t(4) << 20, min_budget = std::size_t(1) << 20;
+    static constexpr std::size_t all_budget = std::size_t(16) << 20;
+    static std::atomic<std::size_t>& caches() noexcept {
+        static std::atomic<std::size_t> n{0}; // constant-initialised
+        return n;
+    }
+    static std::size_t budget_now() noexcept {
+        const std::size_t n = caches().load(std::memory_order_relaxed), share = all_budget / (n ? n : 1);
+        return share < min_budget ? min_budget : share > max_budget ? max_budget : share;
+    }
     // Of which page runs at most 1 MiB, the largest run, so that a block of any size cycles through the
     // cache (see docs/heap.md).
     static constexpr std::size_t run_budget = heap_max_block;
@@ -146,11 +166,14 @@ private:
     };
 
     thread_cache() : count_(heap_registry::instance().size()) {
+        caches().fetch_add(1, std::memory_order_relaxed);
+        budget_ = budget_now();
         lists_ = new list*[count_]();
         try {
             run_marks_ = new std::uint64_t[count_ * run_words]();
         } catch (...) { // the cache is not made (the allocation throws bad_alloc): nothing is kept
             delete[] lists_;
+            caches().fetch_sub(1, std::memory_order_relaxed);
             throw;
         }
     }
@@ -189,8 +212,8 @@ private:
     // Over budget: gives back this heap's runs, longest first, then its classes, largest first, until
     // half the budget is left.
     void shrink(std::size_t heap) noexcept {
-        for (std::size_t slot = heap_slots; slot-- > 0 && bytes_ > budget / 2;) trim(heap, slot, 0);
-        if (bytes_ > budget / 2) flush_all();
+        for (std::size_t slot = heap_slots; slot-- > 0 && bytes_ > budget_ / 2;) trim(heap, slot, 0);
+        if (bytes_ > budget_ / 2) flush_all();
     }
     // Keeps the first `keep` blocks of the list, gives the rest back.
     void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
@@ -206,13 +229,15 @@ private:
             rest = last->next;
             last->next = nullptr;
         }
-        counted(heap, slot, (l.count - keep) * heap_slot_info_of(slot).size, false);
+        const std::size_t given = l.count - keep;
+        counted(heap, slot, given * heap_slot_info_of(slot).size, false);
         l.count = keep;
-        heap_registry::instance().at(heap).give(slot, rest);
+        heap_registry::instance().at(heap).give(slot, rest, given);
     }
 
     std::size_t count_;
     list** lists_;
+    std::size_t budget_ = max_budget; // bytes this thread may cache (budget_now at the last refill)
     std::size_t bytes_ = 0;     // cached, all slots
     std::size_t run_bytes_ = 0; // cached, page runs
     std::uint64_t* run_marks_;  // per heap, the run slots that may have blocks (bit n: runs of n pages)
@@ -232,9 +257,7 @@ NUMAPLACE_NOINLINE inline void* heap_allocate(std::size_t heap, std::size_t slot
 NUMAPLACE_NOINLINE inline void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
     thread_cache* tc = thread_cache::current();
     if (tc && tc->deallocate(heap, slot, p)) return;
-    auto* b = static_cast<heap_block*>(p);
-    b->next = nullptr;
-    heap_registry::instance().at(heap).give(slot, b);
+    heap_registry::instance().at(heap).give_one(slot, static_cast<heap_block*>(p));
 }
 
 } // namespace detail
