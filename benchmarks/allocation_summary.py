@@ -50,18 +50,20 @@ def mixed(out, kind):
             m = re.match(r"BM_%s<(\w+)>/.*threads:(\d+)" % kind, b["name"])
             if m and "items_per_second" in b:
                 runs.setdefault((m.group(1), int(m.group(2))), []).append(
-                    (b["items_per_second"] / 1e6, b["peak_rss_mib"], b["final_rss_mib"]))
-    print("%s (medians of rounds, one process each): allocator threads: M ops/s, peak MiB, final MiB" % kind)
+                    (b["items_per_second"] / 1e6, b["peak_rss_mib"], b["final_rss_mib"],
+                     b.get("released_rss_mib", b["final_rss_mib"])))
+    print("%s (medians of rounds, one process each): allocator threads: M ops/s, peak MiB, final MiB, "
+          "after release_cached_memory MiB" % kind)
     med = {}
     for key in sorted(runs):
         v = runs[key]
-        med[key] = tuple(statistics.median(x[i] for x in v) for i in range(3))
-        print("  %-13s %d: %6.2f %7.1f %6.1f   (%d rounds)" % (key[0], key[1], *med[key], len(v)))
+        med[key] = tuple(statistics.median(x[i] for x in v) for i in range(4))
+        print("  %-13s %d: %6.2f %7.1f %6.1f %6.1f   (%d rounds)" % (key[0], key[1], *med[key], len(v)))
     for t in (1, 2):
         n, g = med.get(("node_alloc", t)), med.get(("glibc_malloc", t))
         if n and g:
-            print("  %d thread(s): speed %.2fx glibc, peak RSS %.2fx glibc, final %.1f MiB above start" % (
-                t, n[0] / g[0], n[1] / g[1], n[2]))
+            print("  %d thread(s): speed %.2fx glibc, peak RSS %.2fx glibc, final %.1f MiB above start "
+                  "(%.1f after release_cached_memory)" % (t, n[0] / g[0], n[1] / g[1], n[2], n[3]))
 
 
 def large(out):

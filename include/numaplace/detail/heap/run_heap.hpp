@@ -5,7 +5,7 @@
 /// The page-run allocator of one node heap: blocks of 16 KiB up to large_run_max as runs of whole
 /// pages, carved from 64 MiB size-aligned regions, coalesced with their free neighbours when freed
 /// (boundary tags). Each free run counts its resident pages (`dirty`: pages of freed blocks, counted
-/// with mincore when a run that is partly resident is split): runs with resident pages are reused
+/// with mincore when a partly resident run over 1 MiB is split): runs with resident pages are reused
 /// first and stay while the heap's resident pages are within its recent peak in use plus a floor;
 /// beyond that the oldest go back (MADV_DONTNEED), and any unused for `run_decay_ms`. Where new regions come from, and admitting the
 /// clean pages handed out, are the caller's (node_heap). Design and measurements: docs/heap.md.
@@ -218,13 +218,17 @@ private:
         dirty_pages_ -= dirty;
         if (r->used == 0) --empty_regions_;
         // How many resident pages the part before and the run itself take: all or none when the free
-        // run is all dirty or all clean, else counted (mincore).
+        // run is all dirty or all clean, else counted (mincore) or estimated (below).
         std::size_t before = 0, mine = 0;
         if (dirty == len) before = a - i, mine = pages;
-        else if (dirty != 0) {
+        else if (dirty != 0 && pages > bin_max) { // a large run: counted (a syscall, for a block of MiBs)
             before = resident(r->page_at(i), a - i);
             mine = resident(r->page_at(a), pages);
-            if (before + mine > dirty) mine = dirty - before < mine ? dirty - before : mine; // unknown pages
+            if (before > dirty) before = dirty;
+            if (before + mine > dirty) mine = dirty - before; // pages freed untouched: counted as resident
+        } else if (dirty != 0) { // else as if the resident pages were the run's first ones (carved and
+            before = dirty < a - i ? dirty : a - i; // freed lowest address first), the sum kept
+            mine = dirty - before < pages ? dirty - before : pages;
         }
         if (a > i) set_free(r, i, a - i, before, stamp); // the parts before and after stay free
         set_run(r, a, pages, run_state_used);
@@ -269,10 +273,11 @@ private:
     static std::uint32_t clock() noexcept { return static_cast<std::uint32_t>(os_now_ms()); }
 
     // After every operation: free pages unused for run_decay_ms go back (checked every quarter of it);
-    // and while the resident pages (in use + dirty) are over the peak in use of this and the last decay
-    // period plus run_dirty_floor, the oldest dirty runs go back until the dirty pages are half what
-    // that bound leaves them. A heap cycling a working set keeps it resident; one that shrank gives the
-    // difference back within a decay period or two; an idle one at its next operation.
+    // and while the dirty pages are over the larger of the pages in use and the pages the peak in use
+    // of this and the last decay period leaves, plus run_dirty_floor, the oldest dirty runs go back
+    // until half of that bound is left. A heap cycling a working set keeps it resident; a steady heap
+    // keeps as many freed pages as it has in use (sizes change and freed runs rarely fit exactly); one
+    // that shrank gives the excess back at once, the rest within a decay period or two.
     void maintain(std::uint32_t now) noexcept {
         if (now - window_start_ >= run_decay_ms) {
             prev_peak_ = peak_;
@@ -284,9 +289,11 @@ private:
             last_decay_ = now;
             purge_where([now](const run_meta* m) { return now - m->stamp >= run_decay_ms; });
         }
-        const std::size_t limit = (peak_ > prev_peak_ ? peak_ : prev_peak_) + run_dirty_floor / page_size();
-        if (used_pages_ + dirty_pages_ <= limit) return;
-        const std::size_t target = (limit - used_pages_) / 2; // limit >= peak_ >= used_pages_
+        const std::size_t peak = peak_ > prev_peak_ ? peak_ : prev_peak_; // >= used_pages_
+        const std::size_t slack = (peak - used_pages_ > used_pages_ ? peak - used_pages_ : used_pages_) +
+                                  run_dirty_floor / page_size();
+        if (dirty_pages_ <= slack) return;
+        const std::size_t target = slack / 2;
         // Oldest first, by ages bucketed in powers of two: one pass sums the dirty pages per bucket, a
         // second purges from the oldest bucket down to the one that brings the count under the target.
         std::size_t by_age[33] = {};
