@@ -436,6 +436,32 @@ TEST(heap, exhausted_address_space_throws_and_freeing_still_works) {
                           "signal 6: terminate";
 }
 
+TEST(heap, without_room_for_a_region_runs_are_mapped_alone_and_unmapped_when_freed) {
+    if (sanitized) GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
+    const int code = run_child([] {
+        // a heap that has no region yet: node 0, prefer, strict (nothing else in this child uses it)
+        node_allocator<char> a(on_node(0, node_policy::prefer));
+        std::FILE* f = std::fopen("/proc/self/statm", "r");
+        unsigned long vm_pages = 0;
+        if (!f || std::fscanf(f, "%lu", &vm_pages) != 1) return 5;
+        std::fclose(f);
+        const rlimit lim{vm_pages * page + 32 * mib, vm_pages * page + 32 * mib}; // less than a 64 MiB region
+        if (::setrlimit(RLIMIT_AS, &lim) != 0) return 6;
+        for (std::size_t n : {std::size_t(64) << 10, std::size_t(768) << 10, std::size_t(2) << 20}) {
+            char* p = a.allocate(n); // served all the same: mapped alone
+            std::memset(p, 1, n);
+            if (policy_at(p) != detail::mpol_preferred) return 7;
+            a.deallocate(p, n);
+            flush_this_thread();
+            release_cached_memory();
+            unsigned char v = 0;
+            if (::mincore(p, 1, &v) == 0) return 8; // unmapped when freed (not handed to a region)
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "7: not placed as asked, 8: kept mapped; signal 6/11: a block freed into a region it is not in";
+}
+
 TEST(heap, cross_thread_frees_return_every_block) {
     constexpr int threads = 4, per_thread = 20000;
     std::vector<std::vector<std::pair<char*, std::size_t>>> made(threads);

@@ -61,7 +61,8 @@ public:
         gate_pass pass(fork_gate_);
         if (slot >= heap_class_count) { // runs are handed out one at a time
             const std::size_t pages = slot - heap_class_count;
-            auto* b = static_cast<heap_block*>(take_run(pages * page_size(), pages, 1, nullptr));
+            bool unmappable = false;
+            auto* b = static_cast<heap_block*>(take_run(pages * page_size(), pages, 1, &unmappable));
             b->next = nullptr;
             head = b;
             return 1;
@@ -78,7 +79,7 @@ public:
             while (list) {
                 heap_block* b = list;
                 list = list->next;
-                runs_.give(b, slot - heap_class_count);
+                give_run(b, slot - heap_class_count);
             }
             return;
         }
@@ -91,7 +92,7 @@ public:
     void give_one(std::size_t slot, heap_block* b) noexcept {
         if (slot < heap_class_count && !spans_.give_one(slot, b)) return; // lock-free: no gate
         gate_pass pass(fork_gate_);
-        if (slot >= heap_class_count) return runs_.give(b, slot - heap_class_count);
+        if (slot >= heap_class_count) return give_run(b, slot - heap_class_count);
         spans_.drain_remote_now(slot);
     }
 
@@ -129,8 +130,8 @@ public:
     void give_large(void* p, std::size_t bytes) noexcept {
         gate_pass pass(fork_gate_);
         const std::size_t page = page_size(), pages = memory::page_round(bytes) / page;
-        if (pages * page <= large_run_max && runs_.owns(p)) return runs_.give(p, pages);
-        large_.give(p, bytes);
+        if (pages * page <= large_run_max && runs_.give(p, pages)) return;
+        large_.give(p, bytes); // beyond the runs, or mapped alone when no region could be
     }
     /// \effects gives every free page of the heap back to the kernel: the free runs' pages, the empty
     /// regions and spans, the cached large blocks. Never allocates.
@@ -169,8 +170,9 @@ public:
 
 private:
     // \returns a run of `pages` pages at a multiple of `align` pages for a request of `bytes`, its
-    // pages that are not resident admitted. With `unmappable` (large blocks): nullptr when no region can
-    // be mapped (the address space is full: the caller maps the block alone).
+    // pages that are not resident admitted. When no region can be mapped (the address space limit:
+    // `unmappable` set), a mid-size run is mapped alone and a large block is nullptr (the caller maps it
+    // through the class cache).
     // \throws placement_error (no memory on the node; a strict heap whose binding is refused).
     void* take_run(std::size_t bytes, std::size_t pages, std::size_t align, bool* unmappable) {
         std::size_t clean = 0;
@@ -180,7 +182,7 @@ private:
                 void* r = nullptr;
                 const int err = memory::try_map(region, region, r);
                 if (err != 0) {
-                    if (unmappable) *unmappable = true;
+                    *unmappable = true;
                     throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
                 }
                 try { // bound whole; admitted run by run below
@@ -192,7 +194,10 @@ private:
                 return r;
             });
         } catch (const placement_error& e) {
-            if (unmappable && *unmappable) return nullptr;
+            if (unmappable && *unmappable) {
+                if (bytes > large_threshold) return nullptr;      // the caller maps it alone
+                return map_alone(bytes, pages * page_size());     // a mid-size run: here
+            }
             if (bytes <= large_threshold) throw;
             throw large_refusal(bytes, run_region_bytes, e.error_number());
         }
@@ -207,6 +212,25 @@ private:
         }
         return p;
     }
+    // A run of `length` bytes mapped on its own (no region could be mapped: the address space limit),
+    // placed as a fresh mapping (admitted, reserved until unmapped). give_run unmaps it.
+    void* map_alone(std::size_t bytes, std::size_t length) {
+        void* p = nullptr;
+        const int err = memory::try_map(length, page_size(), p);
+        if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
+        try {
+            place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
+        } catch (...) {
+            memory::unmap(p, length);
+            throw;
+        }
+        return p;
+    }
+    // Takes back a run of `pages`: to its region, or unmapped when it was mapped alone.
+    void give_run(void* p, std::size_t pages) noexcept {
+        if (!runs_.give(p, pages)) memory::unmap(p, pages * page_size());
+    }
+
     // The refusal of a large block of `bytes` (`length` bytes mapped), named by the request.
     placement_error large_refusal(std::size_t bytes, std::size_t length, int refusal) const {
         return placement_error(node_, bytes, refusal,

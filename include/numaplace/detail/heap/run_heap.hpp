@@ -6,9 +6,10 @@
 /// pages, carved from 64 MiB size-aligned regions, coalesced with their free neighbours when freed
 /// (boundary tags). Each free run counts its resident pages (`dirty`: pages of freed blocks, counted
 /// with mincore when a partly resident run over 1 MiB is split): runs with resident pages are reused
-/// first and stay while the heap's resident pages are within its recent peak in use plus a floor;
-/// beyond that the oldest go back (MADV_DONTNEED), and any unused for `run_decay_ms`. Where new regions come from, and admitting the
-/// clean pages handed out, are the caller's (node_heap). Design and measurements: docs/heap.md.
+/// first and stay up to the larger of the pages in use and what the recent peak in use leaves, plus a
+/// floor; beyond that the oldest go back (MADV_DONTNEED), and any unused for `run_decay_ms`. Where new
+/// regions come from, and admitting the clean pages handed out, are the caller's (node_heap). Design
+/// and measurements: docs/heap.md.
 
 #include "../../memory.hpp"
 #include "../linux.hpp"
@@ -79,11 +80,15 @@ public:
     /// \effects takes back the run of `pages` pages at `p`, resident if `dirty` (else: its pages were
     /// never touched), then gives back free pages over the bound or unused too long; an empty region
     /// beyond one is unmapped. Never allocates.
-    void give(void* p, std::size_t pages, bool dirty = true) noexcept {
+    /// \returns false, doing nothing, when `p` is in none of this heap's regions (a block the caller
+    /// mapped on its own when no region could be mapped).
+    bool give(void* p, std::size_t pages, bool dirty = true) noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
+        if (!std::binary_search(regions_.begin(), regions_.end(), run_region_of(p))) return false;
         const std::uint32_t now = clock();
         release(static_cast<char*>(p), pages, dirty, now);
         maintain(now);
+        return true;
     }
     /// \effects gives every free page back to the kernel and unmaps every empty region. Never allocates.
     void release_all() noexcept {
@@ -91,11 +96,6 @@ public:
         purge_where([](const run_meta*) { return true; });
         for (std::size_t k = regions_.size(); k-- > 0;)
             if (regions_[k]->used == 0) unmap_region(regions_[k]);
-    }
-    /// \returns whether `p` is in one of this heap's regions. Never allocates.
-    bool owns(const void* p) noexcept {
-        std::lock_guard<std::mutex> lock(mutex_);
-        return std::binary_search(regions_.begin(), regions_.end(), run_region_of(p));
     }
 
     /// \returns the bytes of runs handed out (thread caches included).
