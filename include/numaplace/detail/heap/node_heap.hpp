@@ -96,10 +96,10 @@ public:
         spans_.drain_remote_now(slot);
     }
 
-    /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to large_run_max, a page
-    /// run (with THP `always`, huge-page aligned from a huge page: THP serves it whole); beyond (or when no region can
-    /// be mapped), a cached block of its class or a new mapping, admitted and reserved until unmapped.
-    /// Placed by the source on the node.
+    /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to
+    /// large_run_max, a page run (with THP `always`, huge-page aligned from a huge page: THP serves it
+    /// whole); beyond (or when no region can be mapped), a cached block of its class or a new mapping,
+    /// admitted and reserved until unmapped. Placed by the source on the node.
     /// \throws placement_error (no memory on the node; a strict heap whose binding is refused).
     void* take_large(std::size_t bytes, std::size_t alignment) {
         gate_pass pass(fork_gate_);
