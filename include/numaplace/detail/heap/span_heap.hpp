@@ -155,16 +155,7 @@ public:
                 transfer_bytes_.fetch_sub(t.count[t.n] * heap_table.info[c].size, std::memory_order_relaxed);
                 give_blocks(c, t.head[t.n]);
             }
-            for (heap_span* s = partial_[c]; s;) {
-                heap_span* next = s->next;
-                if (s->spare) {
-                    s->spare = false;
-                    spare_bytes_.fetch_sub(s->bytes, std::memory_order_relaxed);
-                    unlink(c, s);
-                    release(s);
-                }
-                s = next;
-            }
+            trim_spares(c, true);
         }
         std::lock_guard<std::mutex> lock(span_mutex_);
         for (heap_span** list : {hot_, cold_})
@@ -222,9 +213,10 @@ private:
         }
         trim_spares(c); // the live set shrank
     }
-    // \effects gives class c's spares to the cache while the spares are over the limit (under c's lock).
-    void trim_spares(std::size_t c) noexcept {
-        for (heap_span* s = partial_[c]; s && spare_bytes_.load(std::memory_order_relaxed) > spare_limit();) {
+    // \effects gives class c's spares to the cache while the spares are over the limit, or `all` of
+    // them (under c's lock).
+    void trim_spares(std::size_t c, bool all = false) noexcept {
+        for (heap_span* s = partial_[c]; s && (all || spare_bytes_.load(std::memory_order_relaxed) > spare_limit());) {
             heap_span* next = s->next;
             if (s->spare) {
                 s->spare = false;
