@@ -781,6 +781,33 @@ TEST(heap, a_freed_large_block_is_reused_bound_and_given_back_on_release) {
     EXPECT_EQ(code, 0);
 }
 
+TEST(heap, runs_end_at_16_mib_and_the_class_cache_takes_over_one_byte_later) {
+    const int code = numaplace_test::run_child([] {
+        node_allocator<char> a(0);
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        release_cached_memory();
+        const std::size_t base = heap.run_bytes_in_use();
+        for (std::size_t n : {mib + 1, detail::large_run_max - page + 1, detail::large_run_max}) {
+            char* p = a.allocate(n);
+            if (heap.run_bytes_in_use() != base + memory::page_round(n)) return 1; // a run of its pages
+            a.deallocate(p, n);
+            if (heap.run_bytes_in_use() != base) return 2;
+            if (heap.large_cached_bytes() != 0) return 3;
+        }
+        for (std::size_t n : {detail::large_run_max + 1, detail::large_run_max + page}) {
+            char* p = a.allocate(n);
+            if (heap.run_bytes_in_use() != base) return 4; // not a run
+            p[0] = p[n - 1] = 1;
+            a.deallocate(p, n);
+            if (mapped(p)) return 5; // its class (18 MiB) is over the class cache's bound (16 MiB, nothing in use)
+            if (heap.large_cached_bytes() != 0) return 6;
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "1/2: a block up to 16 MiB is not one run of its pages, 3: it went to the class cache, "
+                          "4/5/6: a block over 16 MiB is not the class cache's (unmapped at once over its bound)";
+}
+
 TEST(heap, cached_large_blocks_are_bounded_and_decay) {
     const int code = numaplace_test::run_child([] {
         node_allocator<char> a(0);
