@@ -170,7 +170,7 @@ public:
 private:
     // Transfer lists: per class up to transfer_slots lists, at most transfer_limit bytes per heap.
     static constexpr std::size_t transfer_slots = 4;
-    static constexpr std::size_t transfer_limit = std::size_t(1) << 20;
+    static constexpr std::size_t transfer_limit = std::size_t(256) << 10;
     struct remote_stack {
         std::atomic<heap_block*> head{nullptr};
         std::atomic<std::size_t> count{0}; // at least the blocks on the stack (counted before pushed)
