@@ -312,6 +312,38 @@ TEST(allocator_reuse, a_partitioned_block_is_reused_only_for_the_same_layout) {
                           "failed, 27: a re-placed buffer was kept for reuse";
 }
 
+TEST(allocator_reuse, a_full_cache_gives_back_the_oldest_block_and_keeps_the_others) {
+    const int code = numaplace_test::run_child([] {
+        np::release_cached_memory();
+        const std::size_t page = detail::page_size(), slots = detail::placed_cache::slots;
+        interleaved_allocator<char> a;
+        std::vector<char*> p(slots + 1);
+        for (std::size_t k = 0; k <= slots; ++k) {
+            p[k] = a.allocate((k + 1) * page); // sizes 1 .. slots + 1 pages: never equal
+            p[k][0] = 1;
+        }
+        for (std::size_t k = 0; k <= slots; ++k) a.deallocate(p[k], (k + 1) * page); // p[0] is the oldest
+        if (is_mapped(p[0])) return 40; // the table was full: the oldest went back
+        std::size_t kept = 0;
+        for (std::size_t k = 1; k <= slots; ++k) {
+            if (!is_mapped(p[k])) return 41;
+            kept += (k + 1) * page;
+        }
+        if (detail::placed_cache::instance().cached_bytes() != kept) return 42;
+        for (std::size_t k = 1; k <= slots; ++k) {
+            char* q = a.allocate((k + 1) * page);
+            if (q != p[k] || q[0] != 1) return 43; // each the block of its size, as it was
+            p[k] = q;
+        }
+        if (detail::placed_cache::instance().cached_bytes() != 0) return 44;
+        for (std::size_t k = 1; k <= slots; ++k) a.deallocate(p[k], (k + 1) * page);
+        np::release_cached_memory();
+        return detail::placed_cache::instance().cached_bytes() == 0 ? 0 : 45;
+    });
+    EXPECT_EQ(code, 0) << "40: the oldest was kept, 41: a newer one was given back, 42: cached bytes wrong, "
+                          "43: not reused, 44/45: bytes still counted";
+}
+
 TEST(allocator_reuse, cached_blocks_decay_are_bounded_and_survive_fork) {
     const int code = numaplace_test::run_child([] {
         np::release_cached_memory();

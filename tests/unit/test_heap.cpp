@@ -286,6 +286,117 @@ TEST(heap, fork_under_load_never_deadlocks_and_the_child_allocates) {
     EXPECT_EQ(failures, 0);
 }
 
+// Fork while blocks are parked on remote stacks (a consumer that never allocates frees everything a
+// producer made) and while own mappings go in and out of the placed cache (an interleaved block of three
+// sizes cycled). The child gives everything back, then allocates from the same classes and sizes: no
+// hang, distinct blocks, at most the one block a push cut by the fork can leave counted, nothing cached.
+// As in fork_under_load, under the sanitizers the workers reach their steady state (no malloc) first.
+TEST(heap, fork_under_load_with_parked_blocks_and_cached_mappings) {
+    static constexpr std::size_t ring_size = 1024, sizes[] = {48, 700, 6000};
+    std::array<std::atomic<char*>, ring_size> ring{};
+    std::atomic<bool> stop{false};
+    std::atomic<int> steady{0};
+    std::vector<std::thread> workers;
+    workers.emplace_back([&] { // producer
+        node_allocator<char> a(0);
+        std::size_t i = 0;
+        for (long op = 0; !stop.load(std::memory_order_relaxed); ++op) {
+            if (op == 20000) steady.fetch_add(1);
+            std::atomic<char*>& slot = ring[i++ % ring_size];
+            if (slot.load(std::memory_order_acquire)) {
+                std::this_thread::yield();
+                continue;
+            }
+            const std::size_t k = static_cast<std::size_t>(op % 3);
+            char* p = a.allocate(sizes[k]);
+            p[0] = static_cast<char>(k); // the consumer reads the size from it
+            slot.store(p, std::memory_order_release);
+        }
+    });
+    workers.emplace_back([&] { // consumer: never allocates, every free goes on a remote stack
+        node_allocator<char> a(0);
+        std::size_t i = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+            std::atomic<char*>& slot = ring[i++ % ring_size];
+            char* p = slot.exchange(nullptr, std::memory_order_acq_rel);
+            if (!p) continue;
+            a.deallocate(p, sizes[static_cast<std::size_t>(p[0])]);
+        }
+    });
+    workers.emplace_back([&] { // own mappings through the placed cache
+        interleaved_allocator<char> a;
+        for (long op = 0; !stop.load(std::memory_order_relaxed); ++op) {
+            if (op == 2000) steady.fetch_add(1);
+            const std::size_t n = (std::size_t(1) + static_cast<std::size_t>(op % 3)) * 64 * page;
+            char* p = a.allocate(n);
+            p[0] = p[n - 1] = 1;
+            a.deallocate(p, n);
+        }
+    });
+    while (sanitized && steady.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    const int forks = reduced ? 10 : 40;
+    int failures = 0;
+    for (int i = 0; i < forks; ++i) {
+        const int code = run_child(
+            [] {
+                release_cached_memory();
+                auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+                if (heap.parked_bytes() > 6144) return 1; // more than a push cut by the fork
+                if (detail::placed_cache::instance().cached_bytes() != 0) return 2;
+                node_allocator<char> a(0);
+                std::set<char*> got;
+                for (int k = 0; k < 3000; ++k) {
+                    const std::size_t n = sizes[k % 3];
+                    char* p = a.allocate(n);
+                    std::memset(p, 1, n);
+                    if (!got.insert(p).second) return 3; // handed out twice
+                }
+                interleaved_allocator<char> il;
+                for (std::size_t m = 1; m <= 3; ++m) {
+                    const std::size_t n = m * 64 * page;
+                    char* p = il.allocate(n);
+                    std::memset(p, 1, n);
+                    if (where(p, n).untouched != 0) return 4;
+                    il.deallocate(p, n);
+                }
+                return 0;
+            },
+            30);
+        if (code != 0) ++failures;
+        EXPECT_EQ(code, 0) << "fork " << i << ": 1 = blocks parked after release, 2 = mappings cached after "
+                              "release, 3 = a block handed out twice, 4 = pages missing (255: hung)";
+    }
+    stop = true;
+    for (auto& w : workers) w.join();
+    EXPECT_EQ(failures, 0);
+}
+
+// The thread caches share a budget among the live ones; a forked child has one thread, so its cache
+// gets the whole budget again (4 MiB), not its parent's share (1 MiB with 16 caches alive).
+TEST(heap, a_forked_child_has_the_whole_cache_budget) {
+    constexpr int threads = 16;
+    std::atomic<int> arrived{0};
+    std::atomic<bool> done{false};
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+        pool.emplace_back([&] {
+            node_allocator<char> a(0);
+            a.deallocate(a.allocate(64), 64); // this thread's cache exists
+            ++arrived;
+            while (!done.load()) std::this_thread::yield();
+        });
+    while (arrived.load() < threads) std::this_thread::yield();
+    const int code = run_child([] {
+        node_allocator<char> a(0);
+        a.deallocate(a.allocate(9000), 9000); // a refill: the budget is read again
+        detail::thread_cache* c = detail::thread_cache::current();
+        return c && c->budget() == (std::size_t(4) << 20) ? 0 : 1;
+    });
+    done = true;
+    for (auto& t : pool) t.join();
+    EXPECT_EQ(code, 0) << "the child's cache kept its parent's share of the budget";
+}
+
 // Gives this thread's cached blocks back to their heaps (a thread has no cache before its first
 // pooled allocation).
 static void flush_this_thread() {
@@ -311,15 +422,15 @@ constexpr bool thread_sanitized = true;
 #else
 constexpr bool thread_sanitized = false;
 #endif
-// The RSS tests run in a child (a fresh heap) with `tolerance` (8 MiB: 4 MiB of thread cache + 2 MiB of
-// hot empty spans + 1 MiB of spares or of dirty page runs + slack; under a sanitizer the runtime's own
+// The RSS tests run in a child (a fresh heap) with `tolerance` (8 MiB: 4 MiB of thread cache + 512 KiB of
+// hot empty spans + spares or dirty page runs + slack; under a sanitizer the runtime's own
 // allocator, ASan's quarantine of the test's std:: allocations, adds resident memory that is not ours:
 // 16 MiB there, the release build asserts the 8 MiB contract) and `volume` bytes to fill.
 // ThreadSanitizer keeps the shadow of freed memory resident: skipped there (the release build runs them).
 // The RSS contract is about a process whose blocks were all freed: the body runs in a fresh process
 // (this test binary executed again for the current test alone), not in a fork of this one, which would
 // inherit what earlier tests of the same process keep in use (in the guests every test of the binary runs
-// in one process): the spare-span bound is half the span bytes in use, so inherited blocks in use would
+// in one process): the spare-span bound is a quarter of the span bytes in use, so inherited blocks in use would
 // let the child keep more spares than the tolerance allows, and the test would judge them.
 static int run_rss_child(const std::function<int(std::size_t tolerance, std::size_t volume)>& body) {
     const std::size_t tolerance = (sanitized ? 16 : 8) * mib, volume = (reduced ? 64 : 256) * mib;
@@ -959,10 +1070,16 @@ TEST(heap, many_threads_share_the_cache_budget) {
                 a.deallocate(a.allocate(64), 64); // this thread's cache exists
                 ++arrived;
                 while (arrived.load() < threads) std::this_thread::yield();
-                // 8 classes x 256 KiB freed: 2 MiB a cache of 4 MiB would keep
+                // every class from 512 B to 14 KiB freed up to its list's bound: over 1 MiB a cache of
+                // 4 MiB would keep (checked below, so that the test can fail)
                 std::vector<std::pair<char*, std::size_t>> v;
-                for (std::size_t size : {1024u, 1280u, 1536u, 1792u, 2048u, 2560u, 3072u, 3584u})
-                    for (std::size_t k = 0; k < (256u << 10) / size; ++k) v.emplace_back(a.allocate(size), size);
+                std::size_t offered = 0;
+                for (std::size_t c = detail::heap_class_of(512); c <= detail::heap_class_of(14336); ++c) {
+                    const detail::heap_class_info& info = detail::heap_table.info[c];
+                    for (std::size_t k = 0; k < info.cache_max; ++k) v.emplace_back(a.allocate(info.size), info.size);
+                    offered += info.cache_max * info.size;
+                }
+                if (offered <= (std::size_t(1) << 20)) ++over;
                 for (auto& b : v) a.deallocate(b.first, b.second);
                 detail::thread_cache* c = detail::thread_cache::current();
                 if (!c || c->budget() > (std::size_t(1) << 20) || c->cached_bytes() > c->budget()) ++over;

@@ -61,8 +61,7 @@ public:
         gate_pass pass(fork_gate_);
         if (slot >= heap_class_count) { // runs are handed out one at a time
             const std::size_t pages = slot - heap_class_count;
-            bool unmappable = false;
-            auto* b = static_cast<heap_block*>(take_run(pages * page_size(), pages, 1, &unmappable));
+            auto* b = static_cast<heap_block*>(take_run(pages * page_size(), pages, 1));
             b->next = nullptr;
             head = b;
             return 1;
@@ -107,22 +106,18 @@ public:
         if (pages * page <= large_run_max) {
             std::size_t align = alignment > page ? alignment / page : 1;
             if (huge_align_ && pages * page >= huge_page_size() && align < huge_page_size() / page) align = huge_page_size() / page;
-            bool unmappable = false;
-            if (void* p = take_run(bytes, pages, align, &unmappable)) return p;
+            if (void* p = take_run(bytes, pages, align)) return p;
         }
         return large_.take(bytes, [this, bytes](std::size_t length, std::size_t start_alignment) {
             void* p = nullptr;
-            const int err = memory::try_map(length, start_alignment, p);
-            if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
+            int refusal = 0;
+            bool bound;
             try {
-                place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
+                p = map_placed(length, start_alignment, range_origin::fresh, bound, refusal);
             } catch (const placement_error& e) { // named by the request, not its size class
-                memory::unmap(p, length);
                 throw large_refusal(bytes, length, e.error_number());
-            } catch (...) {
-                memory::unmap(p, length);
-                throw;
             }
+            if (!p) throw_unmapped(bytes, refusal);
             return p;
         });
     }
@@ -170,33 +165,25 @@ public:
 
 private:
     // \returns a run of `pages` pages at a multiple of `align` pages for a request of `bytes`, its
-    // pages that are not resident admitted. When no region can be mapped (the address space limit:
-    // `unmappable` set), a mid-size run is mapped alone and a large block is nullptr (the caller maps it
-    // through the class cache).
+    // pages that are not resident admitted. When no region can be mapped (the address space limit), a
+    // mid-size run is mapped alone and a large block is nullptr (the caller maps it through the class
+    // cache).
     // \throws placement_error (no memory on the node; a strict heap whose binding is refused).
-    void* take_run(std::size_t bytes, std::size_t pages, std::size_t align, bool* unmappable) {
+    void* take_run(std::size_t bytes, std::size_t pages, std::size_t align) {
         std::size_t clean = 0;
+        int refusal = 0; // mmap's errno when no region could be mapped
         char* p = nullptr;
         try {
             p = runs_.take(pages, align, clean, [&](std::size_t region, std::size_t, bool& bound) {
-                void* r = nullptr;
-                const int err = memory::try_map(region, region, r);
-                if (err != 0) {
-                    *unmappable = true;
-                    throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
-                }
-                try { // bound whole; admitted run by run below
-                    bound = place(r, region, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::unadmitted);
-                } catch (...) {
-                    memory::unmap(r, region);
-                    throw;
-                }
+                // bound whole; admitted run by run below
+                void* r = map_placed(region, region, range_origin::unadmitted, bound, refusal);
+                if (!r) throw_unmapped(bytes, refusal);
                 return r;
             });
         } catch (const placement_error& e) {
-            if (unmappable && *unmappable) {
-                if (bytes > large_threshold) return nullptr;      // the caller maps it alone
-                return map_alone(bytes, pages * page_size());     // a mid-size run: here
+            if (refusal != 0) {
+                if (bytes > large_threshold) return nullptr; // the caller maps it alone
+                return map_alone(bytes, pages * page_size()); // a mid-size run: here
             }
             if (bytes <= large_threshold) throw;
             throw large_refusal(bytes, run_region_bytes, e.error_number());
@@ -205,7 +192,7 @@ private:
             try {
                 admit_or_throw(p, clean * page_size(), source_.mode(), node_set{node_}, "heap: ", range_origin::pooled);
             } catch (const placement_error& e) {
-                runs_.give(p, pages, false);
+                give_run(p, pages, false); // its pages as they were: not resident
                 if (bytes <= large_threshold) throw;
                 throw large_refusal(bytes, pages * page_size(), e.error_number());
             }
@@ -215,20 +202,37 @@ private:
     // A run of `length` bytes mapped on its own (no region could be mapped: the address space limit),
     // placed as a fresh mapping (admitted, reserved until unmapped). give_run unmaps it.
     void* map_alone(std::size_t bytes, std::size_t length) {
+        int refusal = 0;
+        bool bound;
+        void* p = map_placed(length, page_size(), range_origin::fresh, bound, refusal);
+        if (!p) throw_unmapped(bytes, refusal);
+        return p;
+    }
+    // Takes back a run of `pages`: to its region (`dirty`: its pages may be resident), or unmapped when
+    // it was mapped alone.
+    void give_run(void* p, std::size_t pages, bool dirty = true) noexcept {
+        if (!runs_.give(p, pages, dirty)) memory::unmap(p, pages * page_size());
+    }
+
+    // \returns a new mapping of `length` bytes at a multiple of `alignment`, placed by the source on the
+    // node as `origin` says (`bound` false when a degrading heap's binding was refused: recorded), or
+    // nullptr when mmap refused it (`refusal` its errno).
+    // \throws placement_error when placing it failed (admission, binding), having unmapped it.
+    void* map_placed(std::size_t length, std::size_t alignment, range_origin origin, bool& bound, int& refusal) {
         void* p = nullptr;
-        const int err = memory::try_map(length, page_size(), p);
-        if (err != 0) throw_placement(node_, bytes, err, "heap: mmap failed: " + refusal_reason(err, true));
+        refusal = memory::try_map(length, alignment, p);
+        if (refusal != 0) return nullptr;
         try {
-            place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::fresh);
+            bound = place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", origin);
         } catch (...) {
             memory::unmap(p, length);
             throw;
         }
         return p;
     }
-    // Takes back a run of `pages`: to its region, or unmapped when it was mapped alone.
-    void give_run(void* p, std::size_t pages) noexcept {
-        if (!runs_.give(p, pages)) memory::unmap(p, pages * page_size());
+    // \throws placement_error for a request of `request` bytes whose mapping mmap refused.
+    [[noreturn]] void throw_unmapped(std::size_t request, int refusal) const {
+        throw_placement(node_, request, refusal, "heap: mmap failed: " + refusal_reason(refusal, true));
     }
 
     // The refusal of a large block of `bytes` (`length` bytes mapped), named by the request.
@@ -239,21 +243,14 @@ private:
                                                       : std::string("was refused: ") + refusal_reason(refusal)));
     }
 
-    // \returns a new mapping of `bytes` aligned to `bytes` placed by the source on the node, `bound`
-    // false when a degrading heap's binding was refused (recorded).
-    // \throws placement_error (`size`, the block size, names a failed mapping; admission and binding
-    // name `bytes`), having unmapped it.
+    // \returns a new span mapping of `bytes` aligned to `bytes` for blocks of `size`, placed by the source
+    // on the node (pooled: not reserved, a heap's mappings stay mapped for reuse, their pages touched and
+    // untouched), `bound` false when a degrading heap's binding was refused (recorded).
+    // \throws placement_error (`size` names a failed mapping; admission and binding name `bytes`).
     void* map_bound(std::size_t bytes, std::size_t size, bool& bound) {
-        void* p = nullptr;
-        const int err = memory::try_map(bytes, bytes, p);
-        if (err != 0) throw_placement(node_, size, err, "heap: mmap failed: " + refusal_reason(err, true));
-        try {
-            // not reserved: a heap's mappings stay mapped for reuse, their pages touched and untouched
-            bound = place(p, bytes, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::pooled);
-        } catch (...) {
-            memory::unmap(p, bytes);
-            throw;
-        }
+        int refusal = 0;
+        void* p = map_placed(bytes, bytes, range_origin::pooled, bound, refusal);
+        if (!p) throw_unmapped(size, refusal);
         return p;
     }
 

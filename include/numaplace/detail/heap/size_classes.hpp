@@ -92,7 +92,7 @@ struct heap_class_info {
     std::size_t span_bytes; ///< 64 KiB up to 4 KiB blocks, else the power of two >= 8 blocks
     std::size_t first;      ///< offset of the first block (after the header, aligned as the class)
     std::size_t capacity;   ///< blocks per span
-    std::size_t cache_max;  ///< blocks a thread caches: 256 KiB worth, at least 2, at most 256
+    std::size_t cache_max;  ///< blocks a thread caches: 64 KiB worth, at least 2, at most 256
     std::size_t batch;      ///< blocks moved per refill or flush: half of cache_max
 };
 constexpr heap_class_info heap_info_of(std::size_t c) noexcept {
@@ -105,7 +105,7 @@ constexpr heap_class_info heap_info_of(std::size_t c) noexcept {
     const std::size_t low = i.size & (~i.size + 1); // largest power of two dividing the size
     i.first = (heap_span_header + low - 1) / low * low;
     i.capacity = (span - i.first) / i.size;
-    std::size_t cap = (std::size_t(256) << 10) / i.size;
+    std::size_t cap = (std::size_t(64) << 10) / i.size;
     i.cache_max = cap < 2 ? 2 : cap > 256 ? 256 : cap;
     i.batch = i.cache_max / 2 < 1 ? 1 : i.cache_max / 2;
     return i;

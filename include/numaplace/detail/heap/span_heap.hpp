@@ -117,7 +117,7 @@ public:
     /// \effects frees one block of class `c` for a thread that caches none of this heap (a consumer
     /// that never allocates here, or a thread past its cache's end): pushed on the class's remote stack
     /// without a lock (no span touched, no fork gate needed: a fork amid a push loses at most this block in
-    /// the child, whose pusher does not exist there); from cache_max blocks on, the pusher returns the
+    /// the child, whose pusher does not exist there); past a batch of blocks, the pusher returns the
     /// stack to the spans. The next refill of a batch takes the stack whole. Never allocates.
     /// \returns true when the stack is long: the caller then calls drain_remote_now (under the fork gate).
     bool give_one(std::size_t c, heap_block* b) noexcept {
@@ -127,7 +127,7 @@ public:
         do {
             b->next = head; // never reads another block: no ABA
         } while (!r.head.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
-        return n >= heap_table.info[c].cache_max;
+        return n > heap_table.info[c].batch;
     }
     /// \effects returns class `c`'s remote stack to its spans (give_one said it is long). Never allocates.
     void drain_remote_now(std::size_t c) noexcept {
@@ -180,8 +180,8 @@ private:
         std::uint32_t count[transfer_slots];
         std::size_t n;
     };
-    static constexpr std::size_t cache_floor = std::size_t(2) << 20;
-    static constexpr std::size_t spare_floor = std::size_t(1) << 20;
+    static constexpr std::size_t cache_floor = std::size_t(512) << 10;
+    static constexpr std::size_t spare_floor = std::size_t(256) << 10;
     static constexpr std::size_t span_buckets = 8; // span sizes 64 KiB .. 8 MiB
 
     // Under class c's lock: the remote stack's blocks back to their spans.
@@ -228,11 +228,11 @@ private:
         }
     }
 
-    // Spares: at most half the bytes of the spans with blocks out, at least spare_floor (1 MiB).
+    // Spares: at most a quarter of the bytes of the spans with blocks out, at least spare_floor (256 KiB).
     std::size_t spare_limit() const noexcept {
         const std::size_t used = in_use_.load(std::memory_order_relaxed), spare = spare_bytes_.load(std::memory_order_relaxed);
         const std::size_t live = used > spare ? used - spare : 0;
-        return live / 2 > spare_floor ? live / 2 : spare_floor;
+        return live / 4 > spare_floor ? live / 4 : spare_floor;
     }
     bool keep_spare(std::size_t bytes) noexcept {
         const std::size_t limit = spare_limit();
@@ -258,7 +258,7 @@ private:
         s->listed = false;
     }
 
-    // The cache of empty spans, by size: up to cache_floor (2 MiB) hot (pages resident), the rest cold
+    // The cache of empty spans, by size: up to cache_floor (512 KiB) hot (pages resident), the rest cold
     // (pages but the header's given back) while the cold ones are at most a quarter of the spans in
     // use; beyond, unmapped.
     static std::size_t bucket(std::size_t bytes) noexcept {

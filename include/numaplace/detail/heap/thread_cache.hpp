@@ -113,6 +113,9 @@ public:
     std::size_t cached_bytes() const noexcept { return bytes_; }
     std::size_t budget() const noexcept { return budget_; }
 
+    /// \effects in a forked child, counts this thread's cache as the only live one.
+    static void forked_child() noexcept { caches().store(current() ? 1 : 0, std::memory_order_relaxed); }
+
     enum { none = 0, alive = 1, dead = 2 };
     // Trivially destructible thread-locals (no init guard, readable after the cache is gone).
     static int& state() noexcept {
@@ -242,6 +245,10 @@ private:
     std::size_t run_bytes_ = 0; // cached, page runs
     std::uint64_t* run_marks_;  // per heap, the run slots that may have blocks (bit n: runs of n pages)
 };
+
+/// In a forked child only the forking thread lives: its cache, if it has one, is the only one (the
+/// others' would keep every later budget at a share of the parent's threads).
+inline const fork_hook_registration thread_caches_fork_hook{fork_stage::thread_caches, fork_hook{nullptr, nullptr, &thread_cache::forked_child}};
 
 /// \returns a block of slot `slot` from heap `heap` (see heap_index, heap_slot), through this thread's
 /// cache, or centrally once the cache is gone (thread or process exit).
