@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <child.hpp>
 #include <seccomp.hpp>
 
 #include <atomic>
@@ -853,4 +854,104 @@ TEST(replace, foreign_memory_keeps_no_policy_so_a_later_malloc_is_not_bound) {
     const replace_report own = replace(pv, partition<double>(pv.size()));
     EXPECT_TRUE(own.policy_kept) << own.summary();
     EXPECT_EQ(policy_at(pv.data()), 2);
+}
+
+// Issue 20 (reuse): memory whose pages replace() moved is not handed out again as it is. The heap's runs
+// (node_allocator blocks of 16 KiB to 16 MiB) go back on their heap's node, their policy set again when
+// replace set another; cached own mappings (interleaved blocks, node blocks over 16 MiB) are unmapped.
+namespace {
+bool resident_page(const void* p) {
+    unsigned char v = 0;
+    return ::mincore(const_cast<void*>(p), 1, &v) == 0 && (v & 1);
+}
+bool mapped_page(const void* p) {
+    unsigned char v = 0;
+    return ::mincore(const_cast<void*>(p), 1, &v) == 0;
+}
+} // namespace
+
+TEST(replace_reuse, a_freed_heap_run_goes_back_to_its_node_and_policy_before_reuse) {
+    const int home = topology::get().all()[0], target = other_than(home);
+    const int code = numaplace_test::run_child([home, target] {
+        np::release_cached_memory();
+        node_allocator<char> a(home);
+        // 512 KiB: a run the thread cache would keep; 4 MiB: a large run; both with and without policy
+        for (const std::size_t n : {std::size_t(512) << 10, std::size_t(4) << 20})
+            for (const bool keep : {false, true}) {
+                char* p = a.allocate(n);
+                std::memset(p, 1, n);
+                replace_options o;
+                o.keep_policy = keep;
+                const replace_report r = replace(p, n, on_node(target), o);
+                if (!r.complete()) return 1;
+                if (multi_node() && where(p, n).on(target) != n / page) return 2; // moved
+                if (detail::run_marks_pending.load() == 0) return 3;              // and marked
+                a.deallocate(p, n);
+                if (detail::run_marks_pending.load() != 0) return 4; // seen when freed
+                for (std::size_t i = 0; i < n; i += page)
+                    if (resident_page(p + i)) return 5; // its moved pages went back to the kernel
+                char* q = a.allocate(n);
+                std::memset(q, 2, n);
+                const page_histogram h = where(q, n);
+                if (h.on(home) != h.pages) return 6; // every page on the heap's node again
+                if (keep && policy_at(q) != 2 /* MPOL_BIND */) return 7;
+                a.deallocate(q, n);
+            }
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "1/2: replace failed, 3: not marked, 4: the mark stayed, 5: moved pages kept resident, "
+                          "6: a later block got pages of another node, 7: replace's policy stayed";
+}
+
+TEST(replace_reuse, replaced_own_mappings_are_unmapped_not_cached) {
+    const int home = topology::get().all()[0], target = other_than(home);
+    const int code = numaplace_test::run_child([home, target] {
+        np::release_cached_memory();
+        interleaved_allocator<char> il;
+        const std::size_t n = std::size_t(3) << 20;
+        char* p = il.allocate(n);
+        std::memset(p, 1, n);
+        if (!replace(p, n, on_node(target)).complete()) return 1;
+        il.deallocate(p, n);
+        if (mapped_page(p) || detail::placed_cache::instance().cached_bytes() != 0) return 2;
+        // a node block beyond the runs (the heap's class cache)
+        node_allocator<char> a(home);
+        const std::size_t big = detail::large_run_max + (std::size_t(1) << 20);
+        char* b = a.allocate(big);
+        std::memset(b, 1, big);
+        if (!replace(b, big, on_node(target)).complete()) return 3;
+        a.deallocate(b, big);
+        if (mapped_page(b)) return 4;
+        // the ranges went with the blocks; a block no range overlaps is cached again (earlier tests of this
+        // process may have left ranges of foreign memory since unmapped: cleared over c first)
+        detail::moved_ranges& record = detail::moved_ranges::instance();
+        if (record.take(p, n) || record.take(b, big)) return 6;
+        char* c = il.allocate(n);
+        (void)record.take(c, n);
+        il.deallocate(c, n);
+        return detail::placed_cache::instance().cached_bytes() != 0 ? 0 : 5;
+    });
+    EXPECT_EQ(code, 0) << "2: a replaced interleaved block was cached, 4: a replaced large node block was cached, "
+                          "5: caching stopped, 6: ranges left recorded";
+}
+
+TEST(replace_reuse, a_full_record_of_moved_ranges_stops_reuse_instead_of_forgetting) {
+    const int code = numaplace_test::run_child([] {
+        np::release_cached_memory();
+        // foreign memory replaced page by page, every other page: as many distinct ranges as the table holds
+        const std::size_t slots = detail::moved_ranges::slots, bytes = 2 * (slots + 1) * page;
+        void* m = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return 1;
+        auto* f = static_cast<char*>(m);
+        std::memset(f, 1, bytes);
+        for (std::size_t k = 0; k <= slots; ++k) (void)replace(f + 2 * k * page, page, on_node(topology::get().all()[0]));
+        interleaved_allocator<char> il;
+        const std::size_t n = std::size_t(1) << 20;
+        char* p = il.allocate(n);
+        il.deallocate(p, n);
+        const bool cached = detail::placed_cache::instance().cached_bytes() != 0;
+        ::munmap(m, bytes);
+        return cached ? 2 : 0;
+    });
+    EXPECT_EQ(code, 0) << "2: with ranges forgotten, a freed own mapping was still kept for reuse";
 }

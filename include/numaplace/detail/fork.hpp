@@ -38,6 +38,7 @@ enum class fork_stage : unsigned {
     heaps,           ///< every heap's fork gate (no thread inside a heap during fork)
     placed_cache,    ///< detail/placed_cache.hpp: the cache of freed own mappings (made, then its lock)
     placed_record,   ///< detail/buffer_record.hpp: the record of partitioned buffers (made, then its lock)
+    moved_ranges,    ///< detail/moved_ranges.hpp: the ranges replace moved outside the heap's runs (made, then its lock)
     empty_layout,    ///< partition.hpp: the shared empty layout (made under the interning lock)
     intern,          ///< detail/intern.hpp: the interning lock
     capacity,        ///< admission.hpp: the capacity accounting (made, then its lock)

@@ -13,6 +13,7 @@
 #include "fork.hpp"
 #include "heap/large_cache.hpp"
 #include "linux.hpp"
+#include "moved_ranges.hpp"
 #include "../memory.hpp"
 
 #include <atomic>
@@ -108,6 +109,10 @@ public:
                 gone(bytes);
                 return memory::unmap(p, bytes);
             }
+        }
+        if (moved_since_handed_out(p, memory::page_round(bytes == 0 ? 1 : bytes))) { // replace() moved it
+            gone(bytes);
+            return memory::unmap(p, bytes);
         }
         if (const auto observer = unmap_observer.load(std::memory_order_acquire)) // freed, as for unmap
             observer(p, memory::page_round(bytes == 0 ? 1 : bytes));

@@ -12,6 +12,7 @@
 #include "../topology.hpp"
 #include "../where.hpp"
 #include "linux.hpp"
+#include "moved_ranges.hpp"
 #include "replace_plan.hpp"
 
 #include <algorithm>
@@ -181,6 +182,9 @@ inline replace_report run_replace(const replace_plan& plan, fallback fb, const r
     rep.after = empty_histogram(topo);
     if (plan.pages == 0 || rep.first_page == plan.pages) return rep;
 
+    // Freed, memory whose pages move here is not reused as it is (heap runs, cached mappings): a
+    // partitioned buffer has its own record (plan.owned).
+    if (!plan.owned) note_replaced(plan.first, plan.last(), plan.policy && opts.keep_policy.value_or(false));
     if (plan.policy && opts.keep_policy.value_or(plan.owned)) {
         rep.policy_errno = set_policy(plan);
         rep.policy_kept = rep.policy_errno == 0 && plan.whole_end() > plan.whole_begin();

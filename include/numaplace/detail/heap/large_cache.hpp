@@ -97,13 +97,17 @@ public:
         }
     }
 
-    /// \effects takes back a block `take(bytes)` handed out: cached, or unmapped beyond the bound.
-    /// Never allocates.
-    void give(void* p, std::size_t bytes) noexcept {
+    /// \effects takes back a block `take(bytes)` handed out: cached, or unmapped beyond the bound or
+    /// when not `reusable` (replace() moved its pages). Never allocates.
+    void give(void* p, std::size_t bytes, bool reusable = true) noexcept {
         const large_class c = large_class_of(memory::page_round(bytes) / page_size());
         const std::size_t length = c.pages * page_size();
-        std::lock_guard<std::mutex> lock(mutex_);
+        std::unique_lock<std::mutex> lock(mutex_);
         in_use_ -= length;
+        if (!reusable) {
+            lock.unlock();
+            return memory::unmap(p, length);
+        }
         const std::int64_t now = os_now_ms();
         auto* e = static_cast<entry*>(p);
         e->pages = c.pages;

@@ -10,6 +10,7 @@
 #include "../../memory.hpp"
 #include "../../place.hpp"
 #include "../../topology.hpp"
+#include "../moved_ranges.hpp"
 #include "large_cache.hpp"
 #include "run_heap.hpp"
 #include "size_classes.hpp"
@@ -125,8 +126,16 @@ public:
     void give_large(void* p, std::size_t bytes) noexcept {
         gate_pass pass(fork_gate_);
         const std::size_t page = page_size(), pages = memory::page_round(bytes) / page;
-        if (pages * page <= large_run_max && runs_.give(p, pages)) return;
-        large_.give(p, bytes); // beyond the runs, or mapped alone when no region could be
+        if (pages * page <= large_run_max && return_run(p, pages, true)) return;
+        // beyond the runs, or mapped alone when no region could be: unmapped if replace() moved it
+        large_.give(p, bytes, !moved_since_handed_out(p, large_cache::length_of(bytes)));
+    }
+    /// \effects marks the runs handed out that [begin, end) overlaps as moved by replace() (`policy`: it
+    /// set their policy too): when freed, their pages go back to the kernel and their policy is set again
+    /// before the run is reused. \returns true when the range lies in one of this heap's regions.
+    bool mark_moved(std::uintptr_t begin, std::uintptr_t end, bool policy) noexcept {
+        gate_pass pass(fork_gate_);
+        return runs_.mark_moved(begin, end, policy);
     }
     /// \effects gives every free page of the heap back to the kernel: the free runs' pages, the empty
     /// regions and spans, the cached large blocks. Never allocates.
@@ -211,7 +220,32 @@ private:
     // Takes back a run of `pages`: to its region (`dirty`: its pages may be resident), or unmapped when
     // it was mapped alone.
     void give_run(void* p, std::size_t pages, bool dirty = true) noexcept {
-        if (!runs_.give(p, pages, dirty)) memory::unmap(p, pages * page_size());
+        if (return_run(p, pages, dirty)) return;
+        (void)moved_since_handed_out(p, pages * page_size()); // forgotten with its mapping
+        memory::unmap(p, pages * page_size());
+    }
+    // Takes back a run of `pages` to its region, first back on this heap's node when replace() moved it.
+    // \returns false, doing nothing, when `p` is in none of this heap's regions.
+    bool return_run(void* p, std::size_t pages, bool dirty) noexcept {
+        if (const std::uint32_t marks = runs_.take_moved(p)) {
+            if (!restore_moved(p, pages * page_size(), marks)) return true; // kept out of use
+            dirty = false;
+        }
+        return runs_.give(p, pages, dirty);
+    }
+    // A run whose pages replace() moved goes back to this heap's node before anyone gets it again: its
+    // pages given back to the kernel (the next user faults them in where the heap binds) and, when
+    // replace() set another policy, the heap's set again. \returns false when a strict heap's binding
+    // is refused: the run then stays out of use, never handed out unbound.
+    bool restore_moved(void* p, std::size_t length, std::uint32_t marks) noexcept {
+        os_advise(p, length, page_advice::dont_need);
+        if ((marks & run_mark_policy) == 0) return true;
+        try {
+            place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", range_origin::unadmitted);
+            return true;
+        } catch (...) {
+            return false;
+        }
     }
 
     // \returns a new mapping of `length` bytes at a multiple of `alignment`, placed by the source on the

@@ -7,9 +7,11 @@
 
 #include "../../topology.hpp"
 #include "../fork.hpp"
+#include "../moved_ranges.hpp"
 #include "node_heap.hpp"
 
 #include <cstddef>
+#include <cstdint>
 
 namespace numaplace {
 namespace detail {
@@ -32,6 +34,15 @@ public:
     static void release_free() noexcept {
         if (heap_registry* r = cell().peek())
             for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_free();
+    }
+
+    /// \effects marks every heap's runs handed out that [begin, end) overlaps as moved by replace()
+    /// (node_heap::mark_moved); makes nothing. \returns true when the range lies in one heap region.
+    static bool mark_moved(std::uintptr_t begin, std::uintptr_t end, bool policy) noexcept {
+        bool inside = false;
+        if (heap_registry* r = cell().peek())
+            for (std::size_t i = 0; i < r->count_; ++i) inside = r->heaps_[i]->mark_moved(begin, end, policy) || inside;
+        return inside;
     }
 
     // Fork hooks. Stage heap_registry: no thread is making the heaps. Stage heaps: no thread is inside a
@@ -64,6 +75,10 @@ private:
     node_heap** heaps_;
 };
 
+inline const bool heap_run_marker_registered = [] {
+    heap_run_marker_hook.store(&heap_registry::mark_moved, std::memory_order_release);
+    return true;
+}();
 inline const fork_hook_registration heap_registry_fork_hook{
     fork_stage::heap_registry,
     lazy_global_hooks<heap_registry, &heap_registry::cell>::hook()};
