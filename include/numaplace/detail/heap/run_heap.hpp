@@ -124,7 +124,7 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         run_region* r = run_region_of(p);
         if (!std::binary_search(regions_.begin(), regions_.end(), r)) return 0;
-        run_meta& m = r->meta()[(static_cast<const char*>(p) - reinterpret_cast<char*>(r)) / page_size()];
+        run_meta& m = r->meta()[(reinterpret_cast<std::uintptr_t>(p) - reinterpret_cast<std::uintptr_t>(r)) / page_size()];
         const std::uint32_t marks = m.state & (run_mark_moved | run_mark_policy);
         if (marks == 0) return 0;
         m.state &= ~(run_mark_moved | run_mark_policy);
