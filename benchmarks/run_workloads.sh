@@ -9,7 +9,8 @@
 # Environment: WORKLOADS_SCALE (counts x scale; --quick = 0.1; a smoke run, not a measurement),
 #   WORKLOADS_ROUNDS (3), WORKLOADS (workloads to run, space-separated; default all),
 #   WORKLOADS_ALLOCATORS (default "glibc jemalloc mimalloc tbbmalloc numaplace"),
-#   WORKLOADS_DECAY_MS (sleep after freeing, then measure decayed_rss_mib), WORKLOADS_LIBDIR.
+#   WORKLOADS_DECAY_MS (sleep after freeing, then measure decayed_rss_mib; default 1500: numaplace's
+#   decay is 1 s, run by background_release), WORKLOADS_LIBDIR.
 set -euo pipefail
 build=${1:?usage: run_workloads.sh BUILD_DIR OUT_DIR [--quick]}
 out=${2:?usage: run_workloads.sh BUILD_DIR OUT_DIR [--quick]}
@@ -18,6 +19,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bench=$build/benchmarks/bench_workloads
 libdir=${WORKLOADS_LIBDIR:-/usr/lib/x86_64-linux-gnu}
 rounds=${WORKLOADS_ROUNDS:-3}
+export WORKLOADS_DECAY_MS=${WORKLOADS_DECAY_MS:-1500}
 read -r -a workloads <<<"${WORKLOADS:-work_buffers vector_growth map producer_consumer producer_consumer_oversubscribed fragmentation larson}"
 read -r -a allocators <<<"${WORKLOADS_ALLOCATORS:-glibc jemalloc mimalloc tbbmalloc numaplace}"
 [[ -x $bench ]] || { echo "no $bench (ninja -C $build bench_workloads)" >&2; exit 1; }

@@ -53,15 +53,17 @@ def load(out):
                 continue
             scales.add(b.get("scale", 1.0))
             final = b["final_rss_mib"]
-            after = b.get("decayed_rss_mib", final)
-            if b.get("release_called"):
-                after = b.get("released_rss_mib", after)
+            decayed = b.get("decayed_rss_mib")
+            released = b.get("released_rss_mib") if b.get("release_called") else None
             runs.setdefault((workload, alloc), []).append({
                 "time": b["real_time"] * UNIT.get(b.get("time_unit", "ns"), 1e-9),
                 "peak": b["peak_rss_mib"],
                 "final": final,
-                "after": after,
-                "measured_after": bool(b.get("release_called")) or "decayed_rss_mib" in b,
+                # the target is judged after the decay (no call) where it was measured, else after the call
+                "after": decayed if decayed is not None else (released if released is not None else final),
+                "decayed": decayed if decayed is not None else float("nan"),
+                "released": released if released is not None else float("nan"),
+                "measured_after": decayed is not None or released is not None,
             })
     return runs, warnings, scales
 
@@ -90,15 +92,16 @@ def main(argv):
     verdicts = []
     for w in workloads:
         med_of = {}
-        print("%s   (medians over rounds; RSS in MiB above the start; after: the decay / release call)" % w)
-        print("  %-10s %9s %9s %9s %9s %7s" % ("allocator", "time s", "peak", "final", "after", "rounds"))
+        print("%s   (medians over rounds; RSS in MiB above the start: at the peak, after freeing, after the "
+              "decay with no call, after release_cached_memory)" % w)
+        print("  %-10s %9s %9s %9s %9s %9s %7s" % ("allocator", "time s", "peak", "final", "decayed", "released", "rounds"))
         for a in ALLOCATORS:
             v = runs.get((w, a))
             if not v:
                 continue
-            med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after")}
-            after = ("%9.1f" % med_of[a]["after"]) if any(x["measured_after"] for x in v) else "%9s" % "-"
-            print("  %-10s %9.3f %9.1f %9.1f %s %7d" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], after, len(v)))
+            med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after", "decayed", "released")}
+            cells = ["%9s" % "-" if med_of[a][k] != med_of[a][k] else "%9.1f" % med_of[a][k] for k in ("decayed", "released")]
+            print("  %-10s %9.3f %9.1f %9.1f %s %s %7d" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], cells[0], cells[1], len(v)))
         np, gl = med_of.get("numaplace"), med_of.get("glibc")
         peers = [(med_of[p]["time"], p) for p in PEERS if p in med_of]
         if not np or not gl:
@@ -112,7 +115,8 @@ def main(argv):
             ("speed >= 0.8x glibc", vs_glibc >= 0.8, "%.2fx" % vs_glibc),
             ("within 2x of best peer (%s)" % best, vs_best >= 0.5, "%.2fx" % vs_best),
             ("peak RSS <= 1.3x glibc", peak_ratio <= 1.3, "%.1f vs %.1f MiB = %.2fx" % (np["peak"], gl["peak"], peak_ratio)),
-            ("final RSS <= start + 8 MiB", np["after"] <= 8.0, "%.1f MiB" % np["after"]),
+            ("final RSS <= start + 8 MiB (%s)" % ("after the decay" if np["decayed"] == np["decayed"] else "after the call"),
+             np["after"] <= 8.0, "%.1f MiB" % np["after"]),
         ]
         print("  numaplace: speed %.2fx glibc, %.2fx best peer (%s %.3f s)" % (vs_glibc, vs_best, best, best_t))
         held = 0

@@ -17,13 +17,16 @@
 /// `benchmarks/workloads.cpp` measure the paths. Nothing here needs pmr.hpp, so this
 /// header does not include it, nor <memory_resource> (tests/header_deps checks both).
 
+#include "detail/background_release.hpp"
 #include "detail/routing.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "placement.hpp"
 #include "topology.hpp"
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <limits>
 #include <memory>
 #include <new>
@@ -43,6 +46,18 @@ inline void release_cached_memory() noexcept {
     if (detail::thread_cache* tc = detail::thread_cache::current()) tc->flush_all();
     detail::heap_registry::release_free();
     if (detail::placed_cache* cache = detail::placed_cache::cell().peek()) cache->release_all();
+}
+
+/// \effects with a positive `period`, starts a background thread that runs the decay every `period`:
+/// free runs, cached large blocks and cached own mappings unused for a second go back to the kernel
+/// even when no thread allocates or frees any more (without it they go back at the heaps' next
+/// operation, or at release_cached_memory()). A zero period stops it (at its next wake-up); a new call
+/// replaces the previous period. Off by default: a thread of its own wakes up beside pinned compute
+/// threads. A forked child starts without it. Blocks in use and threads' caches are never touched.
+/// \throws std::system_error when the thread cannot be made (then none runs).
+inline void background_release(std::chrono::milliseconds period) {
+    const std::int64_t ms = period.count(); // a signed type of at least 45 bits
+    detail::set_background_release(ms);
 }
 
 namespace detail {

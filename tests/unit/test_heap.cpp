@@ -397,6 +397,51 @@ TEST(heap, a_forked_child_has_the_whole_cache_budget) {
     EXPECT_EQ(code, 0) << "the child's cache kept its parent's share of the budget";
 }
 
+// background_release: the decay runs without any further operation; off, it waits for one; a forked
+// child starts without the thread.
+TEST(heap, background_release_gives_back_decayed_memory_without_further_operations) {
+    const int code = run_child([] {
+        release_cached_memory();
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        node_allocator<char> a(0);
+        background_release(std::chrono::milliseconds(100));
+        if (detail::background_threads.load() != 1) return 1;
+        // runs; and the class cache, which keeps a freed block while another as large is in use
+        const std::size_t run = 4 * mib, big = detail::large_run_max + 8 * mib;
+        std::vector<char*> v;
+        for (int i = 0; i < 8; ++i) {
+            v.push_back(a.allocate(run));
+            std::memset(v.back(), 1, run);
+        }
+        char* b = a.allocate(big);
+        char* kept = a.allocate(big);
+        std::memset(b, 1, big);
+        for (char* p : v) a.deallocate(p, run);
+        a.deallocate(b, big);
+        if (heap.run_bytes_dirty() == 0 || heap.large_cached_bytes() == 0) return 2; // kept for reuse first
+        const pid_t pid = ::fork();
+        if (pid == 0) ::_exit(detail::background_threads.load() == 0 && detail::background_period_ms.load() == 0 ? 0 : 1);
+        if (numaplace_test::wait_child(pid, 30) != 0) return 3;
+        // no operation on any heap from here: only the background thread
+        std::this_thread::sleep_for(std::chrono::milliseconds(detail::run_decay_ms + 500));
+        if (heap.run_bytes_dirty() != 0) return 4;
+        if (heap.large_cached_bytes() != 0) return 5;
+        a.deallocate(kept, big);
+        background_release(std::chrono::milliseconds(0));
+        for (int i = 0; i < 100 && detail::background_threads.load() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        if (detail::background_threads.load() != 0) return 6;
+        // off: freed runs wait for the heap's next operation
+        char* p = a.allocate(run);
+        std::memset(p, 1, run);
+        a.deallocate(p, run);
+        std::this_thread::sleep_for(std::chrono::milliseconds(detail::run_decay_ms + 300));
+        return heap.run_bytes_dirty() != 0 ? 0 : 7;
+    });
+    EXPECT_EQ(code, 0) << "1: no thread, 2: nothing kept to decay, 3: the forked child has the thread, 4/5: runs "
+                          "or large blocks not given back after the decay, 6: the thread did not stop, 7: "
+                          "decayed without the thread";
+}
+
 // Gives this thread's cached blocks back to their heaps (a thread has no cache before its first
 // pooled allocation).
 static void flush_this_thread() {

@@ -153,6 +153,16 @@ public:
         for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
         if (p) memory::unmap(p, bytes);
     }
+    /// \effects unmaps the blocks unused for large_decay_ms. Never allocates.
+    void decay_now() noexcept {
+        void* victims[slots];
+        std::size_t n = 0, victim_bytes[slots];
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            decay(os_now_ms(), victims, victim_bytes, n);
+        }
+        for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
+    }
     /// \effects unmaps every cached block. Never allocates.
     void release_all() noexcept {
         void* victims[slots];

@@ -117,6 +117,11 @@ public:
         trim(limit());
     }
 
+    /// \effects gives the blocks unused for large_decay_ms back to the kernel. Never allocates.
+    void decay_now() noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        decay(os_now_ms());
+    }
     /// \effects gives every cached block back to the kernel. Never allocates.
     void release_all() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);

@@ -145,6 +145,13 @@ public:
         runs_.release_all();
         large_.release_all();
     }
+    /// \effects what the decay gives back at the heap's next operation, now: free runs and cached large
+    /// blocks unused for a second. Never allocates.
+    void decay_now() noexcept {
+        gate_pass pass(fork_gate_);
+        runs_.decay_now();
+        large_.decay_now();
+    }
     /// \returns the bytes of cached large blocks (free large runs not included).
     std::size_t large_cached_bytes() noexcept {
         gate_pass pass(fork_gate_);
@@ -201,7 +208,7 @@ private:
             try {
                 admit_or_throw(p, clean * page_size(), source_.mode(), node_set{node_}, "heap: ", range_origin::pooled);
             } catch (const placement_error& e) {
-                give_run(p, pages, false); // its pages as they were: not resident
+                give_run(p, pages, clean != pages); // resident if any page was (counted whole: purged sooner)
                 if (bytes <= large_threshold) throw;
                 throw large_refusal(bytes, pages * page_size(), e.error_number());
             }

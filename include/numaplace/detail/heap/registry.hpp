@@ -36,6 +36,11 @@ public:
             for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_free();
     }
 
+    /// \effects node_heap::decay_now on every heap (nothing when no heap was made). Never allocates.
+    static void decay_now() noexcept {
+        if (heap_registry* r = cell().peek())
+            for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->decay_now();
+    }
     /// \effects marks every heap's runs handed out that [begin, end) overlaps as moved by replace()
     /// (node_heap::mark_moved); makes nothing. \returns true when the range lies in one heap region.
     static bool mark_moved(std::uintptr_t begin, std::uintptr_t end, bool policy) noexcept {

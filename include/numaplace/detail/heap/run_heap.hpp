@@ -132,6 +132,12 @@ public:
         return marks;
     }
 
+    /// \effects what an operation does after it: free pages unused for run_decay_ms (or beyond the bound)
+    /// go back to the kernel (see maintain). Never allocates.
+    void decay_now() noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        maintain(clock());
+    }
     /// \effects gives every free page back to the kernel and unmaps every empty region. Never allocates.
     void release_all() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
