@@ -7,6 +7,7 @@
 /// `first_touch`. The arenas are arenas.hpp's; design notes: docs/parallel_for.md.
 
 #include "arenas.hpp"
+#include "loop.hpp"
 #include "detail/config.hpp"
 #include "memory.hpp"
 #include "partition.hpp"
@@ -30,38 +31,7 @@
 
 namespace numaplace {
 
-/// The contiguous index range [begin, end) handed to a loop body, and the node it runs on.
-class subrange {
-public:
-    subrange(std::size_t b, std::size_t e, int node) noexcept : begin_(b), end_(e), node_(node) {}
-    std::size_t begin() const noexcept { return begin_; }
-    std::size_t end() const noexcept { return end_; }
-    std::size_t size() const noexcept { return end_ - begin_; }
-    bool empty() const noexcept { return begin_ == end_; }
-    /// \returns the node whose block this is (and on whose cores it runs).
-    int node() const noexcept { return node_; }
-
-private:
-    std::size_t begin_, end_;
-    int node_;
-};
-
 namespace detail {
-
-/// \returns the node whose block the calling thread is running (-1 outside any block).
-inline int& current_block_node() noexcept {
-    static thread_local int node = -1;
-    return node;
-}
-
-/// Marks the calling thread as running a block of `node` for its lifetime.
-struct scoped_block_node {
-    int saved;
-    explicit scoped_block_node(int node) noexcept : saved(current_block_node()) { current_block_node() = node; }
-    ~scoped_block_node() { current_block_node() = saved; }
-    scoped_block_node(const scoped_block_node&) = delete;
-    scoped_block_node& operator=(const scoped_block_node&) = delete;
-};
 
 /// The body of a task handed to another thread: acquires at entry, releases at exit (also when it
 /// throws). \notes ThreadSanitizer only (NUMAPLACE_HANDOVER_*, detail/config.hpp).
@@ -71,18 +41,6 @@ struct handover_scope {
     handover_scope(const handover_scope&) = delete;
     handover_scope& operator=(const handover_scope&) = delete;
 };
-
-/// \effects `body(subrange(b, e, node))`, or `body(i)` for each i in [b, e).
-template <class Body>
-void call_body(Body& body, std::size_t b, std::size_t e, int node) {
-    if constexpr (std::is_invocable<Body&, subrange>::value) {
-        body(subrange(b, e, node));
-    } else {
-        static_assert(std::is_invocable<Body&, std::size_t>::value,
-                      "parallel_for body must be callable with numaplace::subrange or std::size_t");
-        for (std::size_t i = b; i < e; ++i) body(i);
-    }
-}
 
 /// \effects `fn(b)` for every non-empty block, all in the current arena, concurrently.
 /// \throws the first exception `fn` throws (oneTBB cancels the other blocks).

@@ -1,0 +1,239 @@
+#ifndef NUMAPLACE_OMP_HPP_INCLUDED
+#define NUMAPLACE_OMP_HPP_INCLUDED
+
+/// \file
+/// OpenMP, on top of the placement path (compile with the compiler's OpenMP flag; in this build the
+/// target numaplace::omp; installed, link numaplace::core and OpenMP::OpenMP_CXX):
+/// - `omp::team`: the node of every thread of the team `#pragma omp parallel` makes, read from each
+///   thread's CPU affinity inside the team, never assumed; an unbound team is an error (`unbound_team`).
+/// - `omp::static_partition`: the partition `schedule(static)` gives that team, so that an unchanged
+///   OpenMP loop computes where its pages are (an allocator placed by it, `where` checked against it).
+/// - `omp::parallel_for`: any partition, block k on the team's threads of node k, dynamic only within a
+///   node; every index once, exceptions to the caller.
+/// Design and measurements: docs/omp.md.
+
+#include "detail/config.hpp"
+#include "diagnostics.hpp"
+#include "error.hpp"
+#include "loop.hpp"
+#include "partition.hpp"
+#include "placement.hpp"
+#include "topology.hpp"
+
+#include <omp.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace numaplace {
+namespace omp {
+
+/// A team whose threads are not each bound within one node, or whose nodes are not in thread order
+/// (threads of a node numbered consecutively, nodes ascending): no partition can follow it. Bind the
+/// team: OMP_PROC_BIND=close or spread with OMP_PLACES=cores, sockets or numa_domains.
+class unbound_team : public std::runtime_error {
+public:
+    unbound_team(int thread, const std::string& what) : std::runtime_error(what), thread_(thread) {}
+    /// \returns the thread (its number in the team) whose binding breaks the rule.
+    int thread() const noexcept { return thread_; }
+
+private:
+    int thread_;
+};
+
+/// The node of each thread of an OpenMP team (thread numbers as omp_get_thread_num gives them).
+class team {
+public:
+    /// \returns the team `#pragma omp parallel num_threads(threads)` makes here (it may make fewer:
+    /// OMP_THREAD_LIMIT, OMP_DYNAMIC, a nested region), each thread's node read from its CPU affinity
+    /// inside that team. On a host with one node every team is on it.
+    /// \throws std::invalid_argument (threads < 1); unbound_team (a thread may run on CPUs of two nodes,
+    /// as every thread of a team without OMP_PROC_BIND can; or the nodes are not in thread order);
+    /// std::system_error (a thread's affinity cannot be read).
+    static team current(int threads = omp_get_max_threads()) {
+        if (threads < 1) throw std::invalid_argument("omp::team: a team of " + std::to_string(threads) + " threads");
+        const topology& topo = topology::get();
+        std::vector<int> node(static_cast<std::size_t>(threads), -1), error(static_cast<std::size_t>(threads), 0);
+        int made = 0;
+        NUMAPLACE_HANDOVER_RELEASE(); // the team's joins and forks are inside the OpenMP runtime: TSan, see detail/config.hpp
+#pragma omp parallel num_threads(threads)
+        {
+            NUMAPLACE_HANDOVER_ACQUIRE();
+            const auto t = static_cast<std::size_t>(omp_get_thread_num());
+            if (t == 0) made = omp_get_num_threads();
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            if (::sched_getaffinity(0, sizeof set, &set) != 0) error[t] = errno;
+            else node[t] = node_of(topo, set);
+            NUMAPLACE_HANDOVER_RELEASE();
+        }
+        NUMAPLACE_HANDOVER_ACQUIRE();
+        node.resize(static_cast<std::size_t>(made));
+        team result;
+        for (std::size_t t = 0; t < node.size(); ++t) {
+            if (error[t] != 0)
+                throw std::system_error(error[t], std::generic_category(), "omp::team: the affinity of thread " + std::to_string(t));
+            if (node[t] < 0)
+                throw unbound_team(static_cast<int>(t), "omp::team: thread " + std::to_string(t) + " of " + std::to_string(made) +
+                                                            " may run on CPUs of more than one node: bind the team (OMP_PROC_BIND=close or spread, "
+                                                            "OMP_PLACES=cores, sockets or numa_domains)");
+            if (t > 0 && node[t] < node[t - 1])
+                throw unbound_team(static_cast<int>(t), "omp::team: thread " + std::to_string(t) + " runs on node " + std::to_string(node[t]) +
+                                                            " after thread " + std::to_string(t - 1) + " on node " + std::to_string(node[t - 1]) +
+                                                            ": a partition needs the threads of a node numbered consecutively, nodes ascending");
+        }
+        result.node_ = std::move(node);
+        result.nodes_ = node_set(result.node_);
+        return result;
+    }
+
+    /// \returns the number of threads.
+    int size() const noexcept { return static_cast<int>(node_.size()); }
+    /// \returns the node of thread `t` (< size()).
+    int node_of(int t) const { return node_.at(static_cast<std::size_t>(t)); }
+    /// \returns the nodes that have threads, ascending.
+    const node_set& nodes() const noexcept { return nodes_; }
+    /// \returns how many threads run on `node`.
+    std::size_t threads_on(int node) const noexcept {
+        return static_cast<std::size_t>(std::count(node_.begin(), node_.end(), node));
+    }
+
+private:
+    // The one node whose CPUs hold every CPU of `set` that the topology knows, or -1.
+    static int node_of(const topology& topo, const cpu_set_t& set) noexcept {
+        int found = -1;
+        for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+            if (!CPU_ISSET(cpu, &set)) continue;
+            const int n = topo.node_of_cpu(cpu);
+            if (n < 0) continue; // not this process's (cpuset): the thread cannot run there
+            if (found >= 0 && n != found) return -1;
+            found = n;
+        }
+        return found;
+    }
+
+    std::vector<int> node_; // per thread
+    node_set nodes_;
+};
+
+/// \returns how many of `n` iterations `schedule(static)` (no chunk size) gives thread `t` of `threads`:
+/// n / threads, one more for the first n % threads threads (libgomp and LLVM's libomp both do so).
+inline std::size_t static_share(std::size_t n, std::size_t threads, std::size_t t) noexcept {
+    return n / threads + (t < n % threads ? 1 : 0);
+}
+
+/// \returns the partition of `n` elements of T that `schedule(static)` gives `tm`: the block of each of
+/// its nodes holds the iterations of that node's threads, its edges on pages as every partition's (an
+/// edge moves by less than a page's elements).
+/// \throws invalid_placement (see partition).
+template <class T>
+partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
+    const node_set& nodes = tm.nodes();
+    std::vector<std::size_t> weights(nodes.size(), 0);
+    const auto threads = static_cast<std::size_t>(tm.size());
+    for (std::size_t t = 0; t < threads; ++t) {
+        const auto k = static_cast<std::size_t>(std::lower_bound(nodes.begin(), nodes.end(), tm.node_of(static_cast<int>(t))) - nodes.begin());
+        weights[k] += static_share(n, threads, t);
+    }
+    if (n == 0) std::fill(weights.begin(), weights.end(), 1); // nothing to split: any weights
+    std::size_t g = 0; // the same layout for every n with the same proportions (layouts are interned)
+    for (std::size_t w : weights) g = std::gcd(g, w);
+    for (auto& w : weights) w /= g;
+    return partition<T>(n, nodes, std::move(weights)); // a node with fewer iterations than threads: 0
+}
+
+namespace detail {
+// One block's next unclaimed index, on a cache line of its own.
+struct alignas(64) block_cursor {
+    std::atomic<std::size_t> next{0};
+};
+} // namespace detail
+
+/// \effects calls `body` on subranges covering [0, part.size()) exactly once (rows of a rows partition,
+/// elements otherwise): the threads of `tm` on node k claim chunks of block k (`grain` indexes, 0: an
+/// eighth of a thread's share), so the load balances within a node, never across. `body` takes a
+/// `subrange` or one `std::size_t`. If the team the region makes has fewer threads than `tm` (a nested
+/// region, OMP_THREAD_LIMIT), the calling thread finishes what the missing threads left, and the
+/// degradation is recorded (`degradations()`).
+/// \throws invalid_placement before running anything when a non-empty block's node has no thread in
+/// `tm`; the first exception `body` throws (the other threads stop claiming chunks).
+template <class T, class Body>
+void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
+    const std::vector<block>& blocks = part.untyped().blocks();
+    for (const block& b : blocks)
+        if (!b.empty() && tm.threads_on(b.node) == 0)
+            numaplace::detail::throw_invalid("omp::parallel_for: a block of node " + std::to_string(b.node) +
+                                             ", but no thread of the team runs on it");
+    std::unique_ptr<detail::block_cursor[]> cursor(new detail::block_cursor[blocks.size()]);
+    std::vector<std::size_t> chunk(blocks.size(), 1);
+    for (std::size_t k = 0; k < blocks.size(); ++k) {
+        cursor[k].next.store(blocks[k].begin, std::memory_order_relaxed);
+        const std::size_t share = blocks[k].size() / (8 * std::max<std::size_t>(1, tm.threads_on(blocks[k].node)));
+        chunk[k] = grain != 0 ? grain : std::max<std::size_t>(1, share);
+    }
+    std::atomic<bool> failed{false};
+    std::exception_ptr error;
+    std::mutex error_mutex;
+    const auto drain = [&](std::size_t k) noexcept {
+        const block& b = blocks[k];
+        while (!failed.load(std::memory_order_relaxed)) {
+            const std::size_t first = cursor[k].next.fetch_add(chunk[k], std::memory_order_relaxed);
+            if (first >= b.end) return;
+            const std::size_t last = std::min(b.end, first + chunk[k]);
+            try {
+                numaplace::detail::scoped_block_node mark(b.node);
+                numaplace::detail::call_body(body, first, last, b.node);
+            } catch (...) {
+                std::lock_guard<std::mutex> lock(error_mutex);
+                if (!error) error = std::current_exception();
+                failed.store(true, std::memory_order_relaxed);
+            }
+        }
+    };
+    int made = 0;
+    NUMAPLACE_HANDOVER_RELEASE();
+#pragma omp parallel num_threads(tm.size())
+    {
+        NUMAPLACE_HANDOVER_ACQUIRE();
+        const int t = omp_get_thread_num();
+        if (t == 0) made = omp_get_num_threads();
+        if (t < tm.size()) {
+            const int node = tm.node_of(t);
+            for (std::size_t k = 0; k < blocks.size(); ++k)
+                if (blocks[k].node == node) drain(k);
+        }
+        NUMAPLACE_HANDOVER_RELEASE();
+    }
+    NUMAPLACE_HANDOVER_ACQUIRE();
+    if (made < tm.size()) {
+        for (std::size_t k = 0; k < blocks.size(); ++k) drain(k);
+        numaplace::detail::degradation_log::instance().record(
+            "omp::parallel_for: the team had " + std::to_string(made) + " of " + std::to_string(tm.size()) +
+            " threads (a nested region, OMP_THREAD_LIMIT or OMP_DYNAMIC): the calling thread ran the missing threads' chunks");
+    }
+    if (error) std::rethrow_exception(error);
+}
+
+/// \effects `parallel_for(partition_of(c), body, tm, grain)` for a partitioned container.
+template <class Container, class Body,
+          class = std::enable_if_t<numaplace::detail::is_partitioned_container<Container>::value>>
+void parallel_for(Container& c, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
+    parallel_for(partition_of(c), std::forward<Body>(body), tm, grain);
+}
+
+} // namespace omp
+} // namespace numaplace
+
+#endif

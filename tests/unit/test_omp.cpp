@@ -1,0 +1,249 @@
+// omp.hpp: the team's nodes read from its binding, an unbound team refused, static_partition against
+// the OpenMP runtime's own schedule(static) (the oracle), the pages an unchanged OpenMP loop touches,
+// parallel_for's coverage, nodes, exceptions and smaller teams. OpenMP reads its environment once, at
+// start-up: each test runs again in a fresh process of this binary with the environment it needs.
+#include <numaplace/allocator.hpp>
+#include <numaplace/diagnostics.hpp>
+#include <numaplace/memory.hpp>
+#include <numaplace/omp.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <child.hpp>
+
+#include <omp.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace np = numaplace;
+using namespace numaplace;
+
+namespace {
+const std::size_t page = detail::page_size();
+const bool fresh = std::getenv("NUMAPLACE_OMP_TEST_CHILD") != nullptr;
+
+// Runs the current test again in a fresh process of this binary with `env` set. \returns its exit code.
+int rerun_with(const std::vector<std::pair<std::string, std::string>>& env) {
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
+    return numaplace_test::run_child(
+        [&] {
+            ::setenv("NUMAPLACE_OMP_TEST_CHILD", "1", 1);
+            for (const auto& e : env) ::setenv(e.first.c_str(), e.second.c_str(), 1);
+            ::execl("/proc/self/exe", "test_omp", filter.c_str(), static_cast<char*>(nullptr));
+            return 97; // exec failed
+        },
+        120);
+}
+// The CPUs of this process, node by node.
+std::vector<unsigned> all_cpus() {
+    std::vector<unsigned> cpus;
+    for (const auto& n : topology::get().nodes()) cpus.insert(cpus.end(), n.cpus.begin(), n.cpus.end());
+    return cpus;
+}
+// A team bound one thread per CPU of this process, in CPU order.
+const std::vector<std::pair<std::string, std::string>> bound = {
+    {"OMP_PROC_BIND", "close"}, {"OMP_PLACES", "threads"}, {"OMP_NUM_THREADS", std::to_string(all_cpus().size())}};
+#define NUMAPLACE_IN_FRESH_PROCESS(env)          \
+    if (!fresh) {                                \
+        EXPECT_EQ(rerun_with(env), 0);           \
+        return;                                  \
+    }
+
+// The node each thread of a team of `threads` runs on now, by sched_getcpu (not by its affinity).
+std::vector<int> running_nodes(int threads) {
+    std::vector<int> node(static_cast<std::size_t>(threads), -2);
+#pragma omp parallel num_threads(threads)
+    node[static_cast<std::size_t>(omp_get_thread_num())] = topology::get().current_node();
+    return node;
+}
+} // namespace
+
+TEST(omp, a_bound_team_has_each_threads_node) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const topology& topo = topology::get();
+    ASSERT_EQ(static_cast<std::size_t>(tm.size()), all_cpus().size());
+    const std::vector<int> running = running_nodes(tm.size());
+    for (int t = 0; t < tm.size(); ++t) EXPECT_EQ(tm.node_of(t), running[static_cast<std::size_t>(t)]) << "thread " << t;
+    EXPECT_EQ(tm.nodes(), topo.with_cpus());
+    for (const auto& n : topo.nodes())
+        EXPECT_EQ(tm.threads_on(n.id), n.cpus.size()) << "node " << n.id; // one thread per CPU
+    EXPECT_THROW(omp::team::current(0), std::invalid_argument);
+}
+
+TEST(omp, an_unbound_team_is_refused_naming_a_thread) {
+    NUMAPLACE_IN_FRESH_PROCESS((std::vector<std::pair<std::string, std::string>>{{"OMP_PROC_BIND", "false"}, {"OMP_NUM_THREADS", "4"}}));
+    if (topology::get().with_cpus().size() > 1) {
+        try {
+            (void)omp::team::current();
+            ADD_FAILURE() << "an unbound team on " << topology::get().with_cpus().size() << " nodes was accepted";
+        } catch (const omp::unbound_team& e) {
+            EXPECT_EQ(e.thread(), 0);
+            EXPECT_NE(std::string(e.what()).find("OMP_PROC_BIND"), std::string::npos) << e.what();
+        }
+    } else { // one node: every thread of any team is on it
+        const omp::team tm = omp::team::current();
+        EXPECT_EQ(tm.size(), 4);
+        EXPECT_EQ(tm.threads_on(topology::get().all()[0]), 4u);
+    }
+}
+
+TEST(omp, threads_whose_nodes_are_not_in_thread_order_are_refused) {
+    // places listed from the last CPU down: thread 0 on the last node
+    std::string places;
+    const std::vector<unsigned> cpus = all_cpus();
+    for (std::size_t k = cpus.size(); k-- > 0;) places += "{" + std::to_string(cpus[k]) + "}" + (k ? "," : "");
+    NUMAPLACE_IN_FRESH_PROCESS((std::vector<std::pair<std::string, std::string>>{
+        {"OMP_PROC_BIND", "close"}, {"OMP_PLACES", places}, {"OMP_NUM_THREADS", std::to_string(cpus.size())}}));
+    if (topology::get().with_cpus().size() > 1) {
+        EXPECT_THROW((void)omp::team::current(), omp::unbound_team);
+    } else {
+        EXPECT_NO_THROW((void)omp::team::current());
+    }
+}
+
+// The oracle: the OpenMP runtime's own schedule(static). Every index's owner thread is on the node of
+// the partition's block holding it, but within one page of a block edge (edges fall on pages).
+TEST(omp, static_partition_matches_schedule_static) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const std::size_t per_page = page / sizeof(double), t = static_cast<std::size_t>(tm.size());
+    for (std::size_t n : {std::size_t(0), std::size_t(1), t - 1, t, t + 1, per_page - 1, per_page, 10 * per_page + 7,
+                          std::size_t(1000003)}) {
+        std::vector<int> owner(n, -1);
+#pragma omp parallel for schedule(static) num_threads(tm.size())
+        for (std::size_t i = 0; i < n; ++i) owner[i] = omp_get_thread_num();
+        const partition<double> part = omp::static_partition<double>(n, tm);
+        ASSERT_EQ(part.size(), n);
+        std::size_t covered = 0, off = 0;
+        for (const block& b : part.untyped().blocks()) {
+            covered += b.size();
+            for (std::size_t i = b.begin; i < b.end; ++i) {
+                const int node = tm.node_of(owner[i]);
+                if (node == b.node) continue;
+                const bool near_edge = i - b.begin < per_page || b.end - i <= per_page;
+                EXPECT_TRUE(near_edge) << "n=" << n << " i=" << i << " owner on node " << node << ", block of node " << b.node;
+                ++off;
+            }
+        }
+        EXPECT_EQ(covered, n);
+        EXPECT_LE(off, (tm.nodes().size() - 1) * per_page) << "n=" << n;
+        // the oracle's count per node against the closed form
+        for (std::size_t k = 0; k < t; ++k) {
+            const std::size_t got = static_cast<std::size_t>(std::count(owner.begin(), owner.end(), static_cast<int>(k)));
+            EXPECT_EQ(got, omp::static_share(n, t, k)) << "n=" << n << " thread " << k;
+        }
+    }
+}
+
+// An unchanged OpenMP loop (schedule(static)) first-touches an unplaced buffer of small pages where
+// static_partition says, but the page at each block edge; through partitioned_allocator every page is
+// where it says.
+TEST(omp, an_unchanged_static_loop_puts_pages_where_static_partition_says) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const std::size_t n = 4 * 1024 * 1024 / sizeof(double);
+    const partition<double> part = omp::static_partition<double>(n, tm);
+    auto* raw = static_cast<double*>(memory::map(n * sizeof(double)));
+    memory::forbid_huge_pages(raw, n * sizeof(double)); // with THP a 2 MiB page goes whole to its first toucher
+#pragma omp parallel for schedule(static) num_threads(tm.size())
+    for (std::size_t i = 0; i < n; ++i) raw[i] = 1.0;
+    const partition_locality first_touch = where(raw, part);
+    EXPECT_EQ(first_touch.histogram.untouched, 0u);
+    EXPECT_LE(first_touch.remote, tm.nodes().size() - 1) << "at most the page at each block edge";
+    memory::unmap(raw, n * sizeof(double));
+
+    partitioned_vector<double> v(n, partitioned_allocator<double>(part));
+#pragma omp parallel for schedule(static) num_threads(tm.size())
+    for (std::size_t i = 0; i < n; ++i) v[i] = 2.0;
+    const partition_locality placed = where(v.data(), part);
+    EXPECT_EQ(placed.remote, 0u);
+    EXPECT_EQ(placed.histogram.untouched, 0u);
+}
+
+TEST(omp, parallel_for_visits_every_index_once_on_its_blocks_node) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    for (std::size_t n : {std::size_t(0), std::size_t(1), std::size_t(777), std::size_t(300007)}) {
+        const partition<double> part = omp::static_partition<double>(n, tm);
+        std::vector<std::atomic<int>> seen(n);
+        std::atomic<std::size_t> off_node{0};
+        omp::parallel_for(part, [&](subrange r) {
+            if (topology::get().current_node() != r.node()) off_node.fetch_add(1);
+            for (std::size_t i = r.begin(); i < r.end(); ++i) seen[i].fetch_add(1);
+        }, tm);
+        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << "n=" << n << " i=" << i;
+        EXPECT_EQ(off_node.load(), 0u) << "chunks ran on another node than their block's";
+        // index bodies and a grain
+        std::vector<std::atomic<int>> again(n);
+        omp::parallel_for(part, [&](std::size_t i) { again[i].fetch_add(1); }, tm, 5);
+        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(again[i].load(), 1) << "grain 5, n=" << n << " i=" << i;
+    }
+    // a partitioned container follows its own partition
+    partitioned_vector<int> c(100000, 0, partitioned_allocator<int>(omp::static_partition<int>(100000, tm)));
+    omp::parallel_for(c, [&](std::size_t i) { c[i] += 1; }, tm);
+    EXPECT_EQ(std::count(c.begin(), c.end(), 1), 100000);
+}
+
+TEST(omp, parallel_for_exceptions_reach_the_caller) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const partition<int> part = omp::static_partition<int>(100000, tm);
+    std::atomic<std::size_t> ran{0};
+    EXPECT_THROW(omp::parallel_for(part, [&](std::size_t i) {
+        ran.fetch_add(1);
+        if (i == 4242) throw std::out_of_range("4242");
+    }, tm, 16), std::out_of_range);
+    EXPECT_LT(ran.load(), 100000u) << "the other threads kept claiming chunks after the throw";
+}
+
+TEST(omp, a_smaller_team_still_covers_every_index_and_says_so) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const partition<int> part = omp::static_partition<int>(50000, tm);
+    std::vector<std::atomic<int>> seen(50000);
+    const std::size_t before = degradations().size();
+    omp_set_max_active_levels(1);
+#pragma omp parallel num_threads(2)
+    {
+#pragma omp master
+        omp::parallel_for(part, [&](std::size_t i) { seen[i].fetch_add(1); }, tm); // nested: a team of one
+    }
+    for (std::size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(seen[i].load(), 1) << i;
+    if (tm.size() > 1) {
+        ASSERT_GT(degradations().size(), before);
+        EXPECT_NE(degradations().back().find("omp::parallel_for"), std::string::npos);
+    }
+}
+
+TEST(omp_attack, a_block_on_a_node_without_threads_is_refused_before_running) {
+    // a team on the first node's CPUs only
+    const topology& topo = topology::get();
+    const node& first = topo.at(topo.with_cpus()[0]);
+    std::string places;
+    for (std::size_t k = 0; k < first.cpus.size(); ++k) places += "{" + std::to_string(first.cpus[k]) + "}" + (k + 1 < first.cpus.size() ? "," : "");
+    NUMAPLACE_IN_FRESH_PROCESS((std::vector<std::pair<std::string, std::string>>{
+        {"OMP_PROC_BIND", "close"}, {"OMP_PLACES", places}, {"OMP_NUM_THREADS", std::to_string(first.cpus.size())}}));
+    const omp::team tm = omp::team::current();
+    EXPECT_EQ(tm.nodes(), node_set{first.id});
+    const partition<int> all(100000); // every node with CPUs
+    std::atomic<int> ran{0};
+    if (topo.with_cpus().size() > 1) {
+        EXPECT_THROW(omp::parallel_for(all, [&](std::size_t) { ran.fetch_add(1); }, tm), invalid_placement);
+        EXPECT_EQ(ran.load(), 0);
+    } else {
+        omp::parallel_for(all, [&](std::size_t) { ran.fetch_add(1); }, tm);
+        EXPECT_EQ(ran.load(), 100000);
+    }
+}
