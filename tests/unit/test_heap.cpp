@@ -442,6 +442,39 @@ TEST(heap, background_release_gives_back_decayed_memory_without_further_operatio
                           "decayed without the thread";
 }
 
+// A thread freeing what it no longer allocates (a destructor loop) keeps few blocks in its cache, so
+// that they do not hold the spans they came from; the decay returns parked blocks of idle classes; the
+// next refill restores the cache's bound.
+TEST(heap, a_thread_freeing_without_allocating_keeps_few_blocks_and_the_decay_returns_parked_ones) {
+    const int code = run_child([] {
+        release_cached_memory();
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        const std::size_t size = 48, n = 200000, cls = detail::heap_class_of(size);
+        const std::size_t bound = detail::heap_table.info[cls].cache_max;
+        std::vector<char*> v(n);
+        const std::size_t before = rss();
+        node_allocator<char> a(0);
+        for (auto& p : v) {
+            p = a.allocate(size);
+            std::memset(p, 1, size);
+        }
+        std::shuffle(v.begin(), v.end(), std::mt19937(7)); // freed in another order than carved, as a tree's nodes
+        for (char* p : v) a.deallocate(p, size);
+        detail::thread_cache* c = detail::thread_cache::current();
+        if (!c || c->cached_bytes() > (bound >> 3) * size) return 1; // an eighth of the bound at most
+        detail::decay_everything_now(); // the class was used since the last decay: kept
+        detail::decay_everything_now(); // idle since: its parked blocks go back
+        if (heap.parked_bytes() != 0) return 2;
+        if (rss() > before + 4 * mib) return 3; // 9 MiB of blocks freed: their spans went back
+        std::vector<char*> w(bound / 2);
+        for (auto& p : w) p = a.allocate(size); // a refill: the whole bound again, which half a bound freed stays under
+        for (char* p : w) a.deallocate(p, size);
+        return c->cached_bytes() > (bound >> 3) * size ? 0 : 4;
+    });
+    EXPECT_EQ(code, 0) << "1: the cache kept its whole bound, 2: parked blocks not returned, 3: RSS not returned, "
+                          "4: the bound stayed small after refills";
+}
+
 // Gives this thread's cached blocks back to their heaps (a thread has no cache before its first
 // pooled allocation).
 static void flush_this_thread() {
@@ -1074,16 +1107,21 @@ TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release
             // true: the consumer has a cache list and gives back whole batches (transfer lists);
             // false: it never allocates here, every free goes on the class's remote stack, no lock
             const std::size_t n = consumer_allocates ? 2048 : 200;
-            std::vector<char*> made(n);
+            std::vector<char*> made(n), own;
             for (auto& p : made) p = a.allocate(size);
             std::thread consumer([&] {
-                if (consumer_allocates) a.deallocate(a.allocate(size), size);
+                // its cache list: a refill, every block of it handed out here (so that every block the
+                // cache gives back is one this thread freed)
+                if (consumer_allocates)
+                    for (int i = 0; i < 128; ++i) own.push_back(a.allocate(size));
+                for (char* p : own) a.deallocate(p, size);
                 for (char* p : made) a.deallocate(p, size);
             });
             consumer.join();
             const std::size_t parked = heap.parked_bytes();
             if (parked == 0 || parked > (std::size_t(1) << 20)) return consumer_allocates ? 2 : 12;
             std::set<char*> freed(made.begin(), made.end());
+            freed.insert(own.begin(), own.end());
             std::size_t from_freed = 0;
             std::thread producer([&] {
                 for (int i = 0; i < 128; ++i) {

@@ -146,9 +146,11 @@ public:
         large_.release_all();
     }
     /// \effects what the decay gives back at the heap's next operation, now: free runs and cached large
-    /// blocks unused for a second. Never allocates.
+    /// blocks unused for a second; and parked span blocks of classes idle since the previous call (the
+    /// span heap's decay runs only here). Never allocates.
     void decay_now() noexcept {
         gate_pass pass(fork_gate_);
+        spans_.decay_now();
         runs_.decay_now();
         large_.decay_now();
     }

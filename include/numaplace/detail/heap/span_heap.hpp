@@ -34,6 +34,7 @@ public:
     std::size_t take(std::size_t c, std::size_t want, heap_block*& head, Map&& map) {
         const heap_class_info& info = heap_table.info[c];
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
+        touched_[c] = true;
         if (want > 1) // blocks freed by threads without a cache list: handed out whole when they fit
             if (heap_block* r = remote_[c].head.exchange(nullptr, std::memory_order_acquire)) {
                 std::size_t n = 0; // the taker owns the stack now: it may walk it
@@ -87,8 +88,8 @@ public:
         return n;
     }
 
-    /// \effects takes back a null-terminated list of `count` blocks of class `c`. A list of about a
-    /// thread cache's batch is kept whole for the next refill of a batch (a transfer list) while there
+    /// \effects takes back a null-terminated list of `count` blocks of class `c`. A list of an eighth of
+    /// a thread cache's batch or more (what a draining cache gives back, up to a whole bound) is kept whole for the next refill of a batch (a transfer list) while there
     /// is room; otherwise its blocks go back to their spans. A span left empty stays a spare of its
     /// class while the spares are under their limit, else goes to the cache. Then spares over the limit
     /// go back: class `c`'s, and those of other classes whose lock is free now. Never allocates.
@@ -96,8 +97,9 @@ public:
         const heap_class_info& info = heap_table.info[c];
         {
             std::lock_guard<std::mutex> lock(class_mutex_[c]);
+            touched_[c] = true;
             transfer_list& t = transfer_[c];
-            if (count * 2 >= info.batch && count <= info.cache_max && t.n < transfer_slots &&
+            if (count * 8 >= info.batch && count <= info.cache_max && t.n < transfer_slots &&
                 transfer_bytes_.load(std::memory_order_relaxed) + count * info.size <= transfer_limit) {
                 t.head[t.n] = list;
                 t.count[t.n] = static_cast<std::uint32_t>(count);
@@ -143,18 +145,29 @@ public:
         return n;
     }
 
+    /// \effects the decay of parked blocks: a class neither taken from nor given to since the previous
+    /// call returns its remote stack and transfer lists to their spans (a block parked there keeps its
+    /// whole span resident), and spares beyond the bound go to the cache. Never allocates; skips a class
+    /// whose lock is held.
+    void decay_now() noexcept {
+        for (std::size_t c = 0; c < heap_class_count; ++c) {
+            std::unique_lock<std::mutex> lock(class_mutex_[c], std::try_to_lock);
+            if (!lock.owns_lock()) continue;
+            if (touched_[c]) {
+                touched_[c] = false;
+                continue;
+            }
+            return_parked(c);
+            trim_spares(c);
+        }
+    }
+
     /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
     /// empty span: the spares of every class and the cache. Never allocates.
     void release_all() noexcept {
         for (std::size_t c = 0; c < heap_class_count; ++c) {
             std::lock_guard<std::mutex> lock(class_mutex_[c]);
-            drain_remote(c);
-            transfer_list& t = transfer_[c];
-            while (t.n != 0) { // the transfer lists' blocks back to their spans first
-                --t.n;
-                transfer_bytes_.fetch_sub(t.count[t.n] * heap_table.info[c].size, std::memory_order_relaxed);
-                give_blocks(c, t.head[t.n]);
-            }
+            return_parked(c); // first: they may empty spans
             trim_spares(c, true);
         }
         std::lock_guard<std::mutex> lock(span_mutex_);
@@ -184,6 +197,16 @@ private:
     static constexpr std::size_t spare_floor = std::size_t(256) << 10;
     static constexpr std::size_t span_buckets = 8; // span sizes 64 KiB .. 8 MiB
 
+    // Under class c's lock: the remote stack's and the transfer lists' blocks back to their spans.
+    void return_parked(std::size_t c) noexcept {
+        drain_remote(c);
+        transfer_list& t = transfer_[c];
+        while (t.n != 0) {
+            --t.n;
+            transfer_bytes_.fetch_sub(t.count[t.n] * heap_table.info[c].size, std::memory_order_relaxed);
+            give_blocks(c, t.head[t.n]);
+        }
+    }
     // Under class c's lock: the remote stack's blocks back to their spans.
     void drain_remote(std::size_t c) noexcept {
         heap_block* list = remote_[c].head.exchange(nullptr, std::memory_order_acquire);
@@ -330,6 +353,7 @@ private:
 
     std::mutex class_mutex_[heap_class_count]; // guards partial_[c], transfer_[c] and the spans of class c
     transfer_list transfer_[heap_class_count] = {};
+    bool touched_[heap_class_count] = {}; // taken from or given to since the last decay_now
     remote_stack remote_[heap_class_count];
     std::atomic<std::size_t> transfer_bytes_{0};
     std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)

@@ -39,6 +39,7 @@ public:
         list& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
+            l.shrink = 0; // allocating again: the whole bound
             budget_ = budget_now();
             l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head);
             counted(heap, slot, l.count * info.size, true);
@@ -70,7 +71,7 @@ public:
         if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return try_push_run(heap, slot, p);
         list& l = ls[slot];
         const heap_class_info& info = heap_table.info[slot];
-        if (NUMAPLACE_UNLIKELY(l.count >= info.cache_max || bytes_ + info.size > budget_)) return false;
+        if (NUMAPLACE_UNLIKELY(l.count >= (info.cache_max >> l.shrink) || bytes_ + info.size > budget_)) return false;
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
@@ -106,7 +107,15 @@ public:
         l.head = b;
         ++l.count;
         counted(heap, slot, info.size, true);
-        if (NUMAPLACE_UNLIKELY(l.count > info.cache_max)) trim(heap, slot, l.count - info.batch); // a batch back
+        if (slot < heap_class_count) {
+            const std::size_t limit = info.cache_max >> l.shrink;
+            if (NUMAPLACE_UNLIKELY(l.count > limit)) { // half the bound back; freeing on, the bound halves
+                trim(heap, slot, limit / 2);
+                if (l.shrink < drain_shrink_max && (info.cache_max >> (l.shrink + 1)) >= 2) ++l.shrink;
+            }
+        } else if (NUMAPLACE_UNLIKELY(l.count > info.cache_max)) {
+            trim(heap, slot, l.count - info.batch); // a batch back
+        }
         if (NUMAPLACE_UNLIKELY(run_bytes_ > run_budget)) evict_runs(heap, slot);
         if (NUMAPLACE_UNLIKELY(bytes_ > budget_)) shrink(heap);
         return true;
@@ -166,9 +175,15 @@ private:
     static constexpr std::size_t run_budget = heap_max_block;
     static constexpr std::size_t run_words = (heap_slots - heap_class_count + 63) / 64;
 
+    // A class list overflowing again and again without a refill (a thread freeing what it no longer
+    // allocates: a destructor loop) halves its bound each time, down to an eighth, so that the blocks it
+    // keeps at the end do not hold hundreds of otherwise empty spans resident; its next refill restores
+    // the bound (docs/heap.md).
+    static constexpr std::size_t drain_shrink_max = 3;
     struct list {
         heap_block* head;
         std::size_t count;
+        std::size_t shrink; // the bound is cache_max >> shrink
     };
 
     thread_cache() : count_(heap_registry::instance().size()) {
