@@ -181,17 +181,19 @@ void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::
     for (std::size_t k = 0; k < blocks.size(); ++k) {
         cursor[k].next.store(blocks[k].begin, std::memory_order_relaxed);
         const std::size_t share = blocks[k].size() / (8 * std::max<std::size_t>(1, tm.threads_on(blocks[k].node)));
-        chunk[k] = grain != 0 ? grain : std::max<std::size_t>(1, share);
+        chunk[k] = std::max<std::size_t>(1, grain != 0 ? std::min(grain, blocks[k].size()) : share);
     }
     std::atomic<bool> failed{false};
     std::exception_ptr error;
     std::mutex error_mutex;
     const auto drain = [&](std::size_t k) noexcept {
         const block& b = blocks[k];
+        std::size_t first = cursor[k].next.load(std::memory_order_relaxed), last;
         while (!failed.load(std::memory_order_relaxed)) {
-            const std::size_t first = cursor[k].next.fetch_add(chunk[k], std::memory_order_relaxed);
-            if (first >= b.end) return;
-            const std::size_t last = std::min(b.end, first + chunk[k]);
+            do { // claimed by compare-and-swap: the cursor never passes the block's end (no wrap at SIZE_MAX)
+                if (first >= b.end) return;
+                last = first + std::min(chunk[k], b.end - first);
+            } while (!cursor[k].next.compare_exchange_weak(first, last, std::memory_order_relaxed));
             try {
                 numaplace::detail::scoped_block_node mark(b.node);
                 numaplace::detail::call_body(body, first, last, b.node);
@@ -200,6 +202,7 @@ void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::
                 if (!error) error = std::current_exception();
                 failed.store(true, std::memory_order_relaxed);
             }
+            first = last; // the cursor's value after this claim, unless another thread claimed since
         }
     };
     int made = 0;

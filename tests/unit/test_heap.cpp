@@ -465,7 +465,13 @@ TEST(heap, a_thread_freeing_without_allocating_keeps_few_blocks_and_the_decay_re
         detail::decay_everything_now(); // the class was used since the last decay: kept
         detail::decay_everything_now(); // idle since: its parked blocks go back
         if (heap.parked_bytes() != 0) return 2;
-        if (rss() > before + 4 * mib) return 3; // 9 MiB of blocks freed: their spans went back
+        // 9 MiB of blocks freed: their spans went back (ThreadSanitizer keeps the shadow of freed memory
+        // resident, as for the RSS tests below: there the heap's own counters above are what is asserted)
+#if !defined(__SANITIZE_THREAD__)
+        if (rss() > before + 4 * mib) return 3;
+#else
+        (void)before;
+#endif
         std::vector<char*> w(bound / 2);
         for (auto& p : w) p = a.allocate(size); // a refill: the whole bound again, which half a bound freed stays under
         for (char* p : w) a.deallocate(p, size);

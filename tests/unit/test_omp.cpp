@@ -18,8 +18,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -185,10 +187,12 @@ TEST(omp, parallel_for_visits_every_index_once_on_its_blocks_node) {
         }, tm);
         for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << "n=" << n << " i=" << i;
         EXPECT_EQ(off_node.load(), 0u) << "chunks ran on another node than their block's";
-        // index bodies and a grain
-        std::vector<std::atomic<int>> again(n);
-        omp::parallel_for(part, [&](std::size_t i) { again[i].fetch_add(1); }, tm, 5);
-        for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(again[i].load(), 1) << "grain 5, n=" << n << " i=" << i;
+        // index bodies and grains: 1, 5, a block, beyond any block, SIZE_MAX (no cursor may wrap)
+        for (std::size_t grain : {std::size_t(1), std::size_t(5), n, n + 1, SIZE_MAX}) {
+            std::vector<std::atomic<int>> again(n);
+            omp::parallel_for(part, [&](std::size_t i) { again[i].fetch_add(1); }, tm, grain);
+            for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(again[i].load(), 1) << "grain " << grain << ", n=" << n << " i=" << i;
+        }
     }
     // a partitioned container follows its own partition
     partitioned_vector<int> c(100000, 0, partitioned_allocator<int>(omp::static_partition<int>(100000, tm)));
@@ -245,5 +249,28 @@ TEST(omp_attack, a_block_on_a_node_without_threads_is_refused_before_running) {
     } else {
         omp::parallel_for(all, [&](std::size_t) { ran.fetch_add(1); }, tm);
         EXPECT_EQ(ran.load(), 100000);
+    }
+}
+
+// Index spaces up to SIZE_MAX (a partition of indexes, no data): every index once, no cursor wraps.
+TEST(omp_attack, an_index_space_near_size_max_is_covered_once) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    for (const std::size_t n : {SIZE_MAX - 1, SIZE_MAX / 3 + 7}) {
+        const partition<char> part = omp::static_partition<char>(n, tm);
+        for (const std::size_t grain : {std::size_t(0), SIZE_MAX / 5, SIZE_MAX}) {
+            std::mutex m;
+            detail::wide_uint covered = 0;
+            std::size_t calls = 0, wrong = 0;
+            omp::parallel_for(part, [&](subrange r) {
+                std::lock_guard<std::mutex> lock(m);
+                covered += r.size();
+                ++calls;
+                if (r.end() > n || r.begin() >= r.end()) ++wrong;
+            }, tm, grain);
+            EXPECT_EQ(wrong, 0u) << "n=" << n << " grain=" << grain;
+            EXPECT_TRUE(covered == n) << "n=" << n << " grain=" << grain << ": " << static_cast<double>(covered);
+            EXPECT_LE(calls, 64u * static_cast<std::size_t>(tm.size()) + 8) << "n=" << n << " grain=" << grain;
+        }
     }
 }
