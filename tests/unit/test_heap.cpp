@@ -430,6 +430,8 @@ TEST(heap, background_release_gives_back_decayed_memory_without_further_operatio
         background_release(std::chrono::milliseconds(0));
         for (int i = 0; i < 100 && detail::background_threads.load() != 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(20));
         if (detail::background_threads.load() != 0) return 6;
+        background_release(std::chrono::milliseconds(-5)); // a negative period: off, no thread
+        if (detail::background_threads.load() != 0 || detail::background_period_ms.load() != 0) return 8;
         // off: freed runs wait for the heap's next operation
         char* p = a.allocate(run);
         std::memset(p, 1, run);
@@ -439,7 +441,7 @@ TEST(heap, background_release_gives_back_decayed_memory_without_further_operatio
     });
     EXPECT_EQ(code, 0) << "1: no thread, 2: nothing kept to decay, 3: the forked child has the thread, 4/5: runs "
                           "or large blocks not given back after the decay, 6: the thread did not stop, 7: "
-                          "decayed without the thread";
+                          "decayed without the thread, 8: a negative period started a thread";
 }
 
 // A thread freeing what it no longer allocates (a destructor loop) keeps few blocks in its cache, so

@@ -955,3 +955,31 @@ TEST(replace_reuse, a_full_record_of_moved_ranges_stops_reuse_instead_of_forgett
     });
     EXPECT_EQ(code, 0) << "2: with ranges forgotten, a freed own mapping was still kept for reuse";
 }
+
+// The failure path of re-placing a freed run: its policy cannot be set again (a seccomp filter installed
+// after start-up refuses mbind) for a strict heap. The run stays out of use: never handed out with the
+// policy replace left on it.
+TEST(replace_reuse, a_run_whose_policy_cannot_be_set_again_stays_out_of_use) {
+    if (!topology::get().capabilities().memory_binding) GTEST_SKIP() << "mbind refused on this host from the start";
+    const int home = topology::get().all()[0];
+    const int code = numaplace_test::run_child([home] {
+        np::release_cached_memory();
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(home, detail::heap_source{false, fallback::strict}));
+        node_allocator<char> a(home);
+        const std::size_t n = std::size_t(4) << 20;
+        char* p = a.allocate(n);
+        std::memset(p, 1, n);
+        replace_options o;
+        o.keep_policy = true; // replace sets its policy: the heap must set its own again before reuse
+        if (!replace(p, n, on_node(home), o).complete()) return 1;
+        const std::size_t in_use = heap.run_bytes_in_use();
+        return numaplace_test::run_denied(numaplace_test::memory_policy_syscalls(), [&] {
+            a.deallocate(p, n); // the rebinding is refused
+            if (heap.run_bytes_in_use() != in_use) return 2; // the run went back to the free runs
+            char* q = a.allocate(n);
+            return q != p ? 0 : 3;
+        });
+    });
+    EXPECT_EQ(code, 0) << "1: replace failed, 2: the run was returned though its policy could not be set, "
+                          "3: it was handed out again";
+}
