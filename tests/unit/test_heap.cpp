@@ -8,6 +8,7 @@
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/pmr.hpp>
 #include <numaplace/where.hpp>
+#include <numaplace/detail/heap/span_heap.hpp>
 
 #include <gtest/gtest.h>
 
@@ -35,6 +36,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -1103,6 +1105,60 @@ TEST(heap, fork_with_cached_large_blocks_lets_the_child_allocate_them) {
 }
 
 // ---- Thread caches across threads: transfer lists, and budgets shared by the threads ----
+
+TEST(heap, a_remote_stack_counts_exactly_and_refuses_a_push_past_its_count_which_the_drain_then_takes) {
+    // span_heap alone, its spans mapped here: 65535 blocks fill a remote stack's count without a
+    // drain (node_heap drains past a batch: only many pushers at once get there); the next push is
+    // refused and drain_remote_now gives the stack and that block back to their spans.
+    auto heap = std::make_unique<detail::span_heap>();
+    const std::size_t c = detail::heap_class_of(16);
+    const auto map = [](std::size_t bytes, std::size_t, bool& bound) -> void* {
+        void* raw = ::mmap(nullptr, 2 * bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (raw == MAP_FAILED) throw std::bad_alloc();
+        const auto at = reinterpret_cast<std::uintptr_t>(raw);
+        const std::uintptr_t aligned = (at + bytes - 1) & ~(bytes - 1);
+        if (aligned > at) ::munmap(raw, aligned - at);
+        if (aligned + bytes < at + 2 * bytes) ::munmap(reinterpret_cast<void*>(aligned + bytes), at + bytes - aligned);
+        bound = false;
+        return reinterpret_cast<void*>(aligned);
+    };
+    const std::size_t full = 65535;
+    std::vector<detail::heap_block*> blocks;
+    while (blocks.size() < full + 1) {
+        detail::heap_block* head = nullptr;
+        const std::size_t n = heap->take(c, 4096, head, map);
+        for (std::size_t i = 0; i < n; ++i, head = head->next) blocks.push_back(head);
+        ASSERT_EQ(head, nullptr);
+    }
+    std::set<detail::heap_block*> distinct(blocks.begin(), blocks.end());
+    ASSERT_EQ(distinct.size(), blocks.size());
+    const std::size_t batch = detail::heap_table.info[c].batch;
+    for (std::size_t i = 0; i < full; ++i)
+        ASSERT_EQ(heap->give_one(c, blocks[i]), i + 1 > batch ? detail::span_heap::remote_push::pushed_long
+                                                              : detail::span_heap::remote_push::pushed);
+    EXPECT_EQ(heap->parked_bytes(), full * 16);
+    detail::heap_block* last = blocks.back();
+    EXPECT_EQ(heap->give_one(c, last), detail::span_heap::remote_push::refused);
+    EXPECT_EQ(heap->parked_bytes(), full * 16); // not pushed
+    heap->drain_remote_now(c, last);
+    EXPECT_EQ(heap->parked_bytes(), 0u);
+    // every block is back in its span (emptied spans may be unmapped and mapped anew): taking as many
+    // again hands out each block once
+    std::set<detail::heap_block*> again;
+    while (again.size() < blocks.size()) {
+        detail::heap_block* head = nullptr;
+        const std::size_t n = heap->take(c, 4096, head, map);
+        for (std::size_t i = 0; i < n; ++i, head = head->next) ASSERT_TRUE(again.insert(head).second);
+    }
+    // a stack taken whole by a refill: exactly the blocks pushed, counted without a walk
+    for (std::size_t i = 0; i < 100; ++i) ASSERT_EQ(heap->give_one(c, blocks[i]), detail::span_heap::remote_push::pushed);
+    detail::heap_block* head = nullptr;
+    ASSERT_EQ(heap->take(c, 64, head, map), 100u);
+    std::set<detail::heap_block*> taken;
+    for (; head; head = head->next) taken.insert(head);
+    EXPECT_EQ(taken, std::set<detail::heap_block*>(blocks.begin(), blocks.begin() + 100));
+    heap->release_all();
+}
 
 TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release_empties_the_lists) {
     const int code = numaplace_test::run_child([] {

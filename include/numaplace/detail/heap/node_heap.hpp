@@ -90,10 +90,14 @@ public:
     /// span block goes on its class's remote stack without a lock or the fork gate (span_heap::give_one).
     /// Never allocates.
     void give_one(std::size_t slot, heap_block* b) noexcept {
-        if (slot < heap_class_count && !spans_.give_one(slot, b)) return; // lock-free: no gate
+        if (slot >= heap_class_count) {
+            gate_pass pass(fork_gate_);
+            return give_run(b, slot - heap_class_count);
+        }
+        const span_heap::remote_push pushed = spans_.give_one(slot, b); // lock-free: no gate
+        if (pushed == span_heap::remote_push::pushed) return;
         gate_pass pass(fork_gate_);
-        if (slot >= heap_class_count) return give_run(b, slot - heap_class_count);
-        spans_.drain_remote_now(slot);
+        spans_.drain_remote_now(slot, pushed == span_heap::remote_push::refused ? b : nullptr);
     }
 
     /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to

@@ -33,19 +33,18 @@ public:
     template <class Map>
     std::size_t take(std::size_t c, std::size_t want, heap_block*& head, Map&& map) {
         const heap_class_info& info = heap_table.info[c];
-        std::lock_guard<std::mutex> lock(class_mutex_[c]);
-        touched_[c] = true;
-        if (want > 1) // blocks freed by threads without a cache list: handed out whole when they fit
-            if (heap_block* r = remote_[c].head.exchange(nullptr, std::memory_order_acquire)) {
-                std::size_t n = 0; // the taker owns the stack now: it may walk it
-                for (heap_block* b = r; b; b = b->next) ++n;
-                remote_[c].count.fetch_sub(n, std::memory_order_relaxed);
-                if (n <= 2 * want) {
-                    head = r;
-                    return n;
-                }
-                give_blocks(c, r);
+        touched_[c].store(true, std::memory_order_relaxed);
+        heap_block* remote = nullptr;
+        if (want > 1) { // blocks freed by threads without a cache list: handed out whole when they fit
+            const std::uintptr_t w = remote_[c].word.exchange(0, std::memory_order_acquire);
+            remote = remote_head(w); // the taker owns the stack now, without the class's lock
+            if (remote && remote_count(w) <= 2 * want) {
+                head = remote;
+                return remote_count(w);
             }
+        }
+        std::lock_guard<std::mutex> lock(class_mutex_[c]);
+        if (remote) give_blocks(c, remote); // too long for one list: back to the spans
         transfer_list& t = transfer_[c];
         if (t.n != 0 && want > 1 && t.count[t.n - 1] <= 2 * want) { // a whole list another thread gave back
             --t.n;
@@ -97,7 +96,7 @@ public:
         const heap_class_info& info = heap_table.info[c];
         {
             std::lock_guard<std::mutex> lock(class_mutex_[c]);
-            touched_[c] = true;
+            touched_[c].store(true, std::memory_order_relaxed);
             transfer_list& t = transfer_[c];
             if (count * 8 >= info.batch && count <= info.cache_max && t.n < transfer_slots &&
                 transfer_bytes_.load(std::memory_order_relaxed) + count * info.size <= transfer_limit) {
@@ -116,32 +115,49 @@ public:
         }
     }
 
+    /// What give_one did with a block.
+    enum class remote_push {
+        pushed,      ///< on the remote stack
+        pushed_long, ///< on the remote stack, now past a batch: the caller calls drain_remote_now
+        refused      ///< not pushed (the stack's count is full, or the address does not fit the stack's
+                     ///< word): the caller gives it with drain_remote_now(c, b)
+    };
     /// \effects frees one block of class `c` for a thread that caches none of this heap (a consumer
     /// that never allocates here, or a thread past its cache's end): pushed on the class's remote stack
     /// without a lock (no span touched, no fork gate needed: a fork amid a push loses at most this block in
-    /// the child, whose pusher does not exist there); past a batch of blocks, the pusher returns the
-    /// stack to the spans. The next refill of a batch takes the stack whole. Never allocates.
-    /// \returns true when the stack is long: the caller then calls drain_remote_now (under the fork gate).
-    bool give_one(std::size_t c, heap_block* b) noexcept {
-        remote_stack& r = remote_[c];
-        const std::size_t n = r.count.fetch_add(1, std::memory_order_relaxed) + 1; // counted before pushed
-        heap_block* head = r.head.load(std::memory_order_relaxed);
+    /// the child, whose pusher does not exist there). The stack is one word, its head's address and its
+    /// count, so a taker knows how many blocks it took without walking them. The next refill of a batch
+    /// takes the stack whole. Never allocates.
+    remote_push give_one(std::size_t c, heap_block* b) noexcept {
+        const auto address = reinterpret_cast<std::uintptr_t>(b);
+        if (address >> remote_shift != 0) return remote_push::refused;
+        std::atomic<std::uintptr_t>& word = remote_[c].word;
+        std::uintptr_t w = word.load(std::memory_order_relaxed);
+        std::uintptr_t n;
         do {
-            b->next = head; // never reads another block: no ABA
-        } while (!r.head.compare_exchange_weak(head, b, std::memory_order_release, std::memory_order_relaxed));
-        return n > heap_table.info[c].batch;
+            n = remote_count(w);
+            if (n == remote_count_max) return remote_push::refused;
+            b->next = remote_head(w); // never reads another block: no ABA
+        } while (!word.compare_exchange_weak(w, address | ((n + 1) << remote_shift), std::memory_order_release,
+                                             std::memory_order_relaxed));
+        return n + 1 > heap_table.info[c].batch ? remote_push::pushed_long : remote_push::pushed;
     }
-    /// \effects returns class `c`'s remote stack to its spans (give_one said it is long). Never allocates.
-    void drain_remote_now(std::size_t c) noexcept {
+    /// \effects returns class `c`'s remote stack to its spans (give_one said it is long), and the block
+    /// `refused` (when not null) that give_one refused. Never allocates.
+    void drain_remote_now(std::size_t c, heap_block* refused = nullptr) noexcept {
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
         drain_remote(c);
+        if (refused) {
+            refused->next = nullptr;
+            give_blocks(c, refused);
+        }
     }
 
     /// \returns the bytes of blocks in transfer lists and on remote stacks (freed, not in their spans).
     std::size_t parked_bytes() const noexcept {
         std::size_t n = transfer_bytes_.load(std::memory_order_relaxed);
         for (std::size_t c = 0; c < heap_class_count; ++c)
-            n += remote_[c].count.load(std::memory_order_relaxed) * heap_table.info[c].size;
+            n += remote_count(remote_[c].word.load(std::memory_order_relaxed)) * heap_table.info[c].size;
         return n;
     }
 
@@ -153,10 +169,7 @@ public:
         for (std::size_t c = 0; c < heap_class_count; ++c) {
             std::unique_lock<std::mutex> lock(class_mutex_[c], std::try_to_lock);
             if (!lock.owns_lock()) continue;
-            if (touched_[c]) {
-                touched_[c] = false;
-                continue;
-            }
+            if (touched_[c].exchange(false, std::memory_order_relaxed)) continue;
             return_parked(c);
             trim_spares(c);
         }
@@ -184,10 +197,18 @@ private:
     // Transfer lists: per class up to transfer_slots lists, at most transfer_limit bytes per heap.
     static constexpr std::size_t transfer_slots = 4;
     static constexpr std::size_t transfer_limit = std::size_t(256) << 10;
-    struct remote_stack {
-        std::atomic<heap_block*> head{nullptr};
-        std::atomic<std::size_t> count{0}; // at least the blocks on the stack (counted before pushed)
+    // A remote stack: one word, the head block's address in the low remote_shift bits (user addresses
+    // on x86-64 and AArch64 fit 48 bits unless a mapping asks for more, which the heap's never do) and
+    // the count of blocks on the stack above. A stack is only ever taken whole.
+    static constexpr unsigned remote_shift = 48;
+    static constexpr std::uintptr_t remote_count_max = (std::uintptr_t(1) << (64 - remote_shift)) - 1;
+    struct alignas(64) remote_stack { // one cache line per class: pushers of two classes do not collide
+        std::atomic<std::uintptr_t> word{0};
     };
+    static heap_block* remote_head(std::uintptr_t w) noexcept {
+        return reinterpret_cast<heap_block*>(w & ((std::uintptr_t(1) << remote_shift) - 1));
+    }
+    static std::size_t remote_count(std::uintptr_t w) noexcept { return w >> remote_shift; }
     struct transfer_list {
         heap_block* head[transfer_slots];
         std::uint32_t count[transfer_slots];
@@ -209,12 +230,7 @@ private:
     }
     // Under class c's lock: the remote stack's blocks back to their spans.
     void drain_remote(std::size_t c) noexcept {
-        heap_block* list = remote_[c].head.exchange(nullptr, std::memory_order_acquire);
-        if (!list) return;
-        std::size_t n = 0;
-        for (heap_block* b = list; b; b = b->next) ++n;
-        remote_[c].count.fetch_sub(n, std::memory_order_relaxed);
-        give_blocks(c, list);
+        if (heap_block* list = remote_head(remote_[c].word.exchange(0, std::memory_order_acquire))) give_blocks(c, list);
     }
     // Under class c's lock.
     void give_blocks(std::size_t c, heap_block* list) noexcept {
@@ -353,7 +369,7 @@ private:
 
     std::mutex class_mutex_[heap_class_count]; // guards partial_[c], transfer_[c] and the spans of class c
     transfer_list transfer_[heap_class_count] = {};
-    bool touched_[heap_class_count] = {}; // taken from or given to since the last decay_now
+    std::atomic<bool> touched_[heap_class_count] = {}; // taken from or given to since the last decay_now
     remote_stack remote_[heap_class_count];
     std::atomic<std::size_t> transfer_bytes_{0};
     std::mutex span_mutex_;                    // guards the cache and in_use_ (taken inside a class's)
