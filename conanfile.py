@@ -83,7 +83,10 @@ class NumaplaceConan(ConanFile):
         self.cpp_info.bindirs = []
         self.cpp_info.libdirs = []
         self.cpp_info.set_property("cmake_file_name", "numaplace")
-        self.cpp_info.set_property("cmake_target_name", "numaplace::numaplace")
+        # CMakeDeps and PkgConfigDeps make a target of the package that links every component, OpenMP's
+        # flags included: named apart, so numaplace::numaplace is the component below (no OpenMP).
+        self.cpp_info.set_property("cmake_target_name", "numaplace::all")
+        self.cpp_info.set_property("pkg_config_name", "numaplace-all")
 
         # numaplace::core: every header but parallel_for.hpp and replicated.hpp; hwloc, no oneTBB.
         core = self.cpp_info.components["core"]
@@ -100,6 +103,17 @@ class NumaplaceConan(ConanFile):
         everything.set_property("cmake_target_name", "numaplace::numaplace")
         everything.set_property("pkg_config_name", "numaplace")
         everything.requires = ["core"] + self._requires("onetbb", "libtbb")
+        # numaplace::omp: omp.hpp, core and the compiler's OpenMP (GCC's and Clang's -fopenmp; Conan has no
+        # OpenMP package: the runtime is the compiler's, libgomp or libomp).
+        omp = self.cpp_info.components["omp"]
+        omp.bindirs = []
+        omp.libdirs = []
+        omp.set_property("cmake_target_name", "numaplace::omp")
+        omp.set_property("pkg_config_name", "numaplace-omp")
+        omp.requires = ["core"]
+        omp.cxxflags = ["-fopenmp"]
+        omp.sharedlinkflags = ["-fopenmp"]
+        omp.exelinkflags = ["-fopenmp"]
         # CMakeDeps includes this at the end of numaplace-config.cmake: with hwloc/onetbb from the system
         # ([platform_requires]) it finds and links them; with Conan packages it does nothing.
         self.cpp_info.set_property("cmake_build_modules",

@@ -7,7 +7,7 @@
 #   2. `conan create` as ConanCenter would run it: source() fetches a release archive (here: the checkout
 #      packed into a tar.gz, named in a conandata.yml copy by file:// URL and sha256), against the system's
 #      hwloc and oneTBB ([platform_requires], packaging/conan/system.profile), then builds and runs
-#      test_package/ (numaplace::numaplace and numaplace::core).
+#      test_package/ (numaplace::numaplace and numaplace::core without OpenMP flags, numaplace::omp with them).
 # Exits 0 on success.
 #   packaging/test-conan.sh
 # Needs python3 (with venv), cmake, a C++17 compiler, pkg-config, libhwloc-dev and libtbb-dev (scripts/deps).

@@ -31,5 +31,5 @@ class TestPackageConan(ConanFile):
 
     def test(self):
         if can_run(self):
-            for program in ("test_package", "test_package_core"):
+            for program in ("test_package", "test_package_core", "test_package_omp"):
                 self.run(os.path.join(self.cpp.build.bindir, program), env="conanrun")

@@ -1,4 +1,7 @@
 // Conan test_package, component numaplace::core: the topology without oneTBB.
+#ifdef _OPENMP
+#error "numaplace::core brings OpenMP flags: only numaplace::omp may"
+#endif
 #include <numaplace/topology.hpp>
 
 #include <cstdio>

@@ -1,6 +1,9 @@
 // Conan test_package: the installed headers compile, link against hwloc and oneTBB, and run, on any
 // machine and in containers. Under Docker's default seccomp profile the kernel refuses memory binding
 // (EPERM): that is reported in one line and the program still exits 0.
+#ifdef _OPENMP
+#error "numaplace::numaplace brings OpenMP flags: only numaplace::omp may"
+#endif
 #include <numaplace/numaplace.hpp>
 
 #include <cerrno>

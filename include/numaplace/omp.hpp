@@ -134,12 +134,10 @@ inline std::size_t static_share(std::size_t n, std::size_t threads, std::size_t 
     return n / threads + (t < n % threads ? 1 : 0);
 }
 
-/// \returns the partition of `n` elements of T that `schedule(static)` gives `tm`: the block of each of
-/// its nodes holds the iterations of that node's threads, its edges on pages as every partition's (an
-/// edge moves by less than a page's elements).
-/// \throws invalid_placement (see partition).
-template <class T>
-partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
+namespace detail {
+// The weights of tm's nodes for n iterations under schedule(static): each node's threads' iterations,
+// divided by their gcd (the same layout for every n with the same proportions: layouts are interned).
+inline std::vector<std::size_t> static_weights(std::size_t n, const team& tm) {
     const node_set& nodes = tm.nodes();
     std::vector<std::size_t> weights(nodes.size(), 0);
     const auto threads = static_cast<std::size_t>(tm.size());
@@ -148,10 +146,29 @@ partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
         weights[k] += static_share(n, threads, t);
     }
     if (n == 0) std::fill(weights.begin(), weights.end(), 1); // nothing to split: any weights
-    std::size_t g = 0; // the same layout for every n with the same proportions (layouts are interned)
+    std::size_t g = 0;
     for (std::size_t w : weights) g = std::gcd(g, w);
     for (auto& w : weights) w /= g;
-    return partition<T>(n, nodes, std::move(weights)); // a node with fewer iterations than threads: 0
+    return weights; // a node with fewer iterations than threads: 0
+}
+} // namespace detail
+
+/// \returns the partition of `n` elements of T that `schedule(static)` gives `tm`: the block of each of
+/// its nodes holds the iterations of that node's threads, its edges on pages as every partition's (an
+/// edge moves by less than a page's elements).
+/// \throws invalid_placement (see partition).
+template <class T>
+partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
+    return partition<T>(n, tm.nodes(), detail::static_weights(n, tm));
+}
+
+/// \returns the partition of an `m` × `row_length` row-major matrix of T in whole rows that a
+/// `schedule(static)` loop over its `m` rows gives `tm` (a DGEMV's `for (i = 0; i < m; ++i)`): node k's
+/// block holds the rows of its threads, each block edge on a page boundary (partition<T>::rows).
+/// \throws invalid_placement (see partition).
+template <class T>
+partition<T> static_rows(std::size_t m, std::size_t row_length, const team& tm = team::current()) {
+    return partition<T>::rows(m, row_length, tm.nodes(), detail::static_weights(m, tm));
 }
 
 namespace detail {

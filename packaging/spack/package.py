@@ -17,7 +17,9 @@ from spack.package import *
 
 class Numaplace(CMakePackage):
     """NUMA page placement as a type: STL allocators that place pages on NUMA nodes, a per-node
-    parallel_for on oneTBB and where() page histograms. Header-only C++17, Linux."""
+    parallel_for on oneTBB and where() page histograms. Header-only C++17, Linux. omp.hpp
+    (find_package(numaplace COMPONENTS core omp), numaplace-omp.pc) uses the compiler's OpenMP runtime
+    (add llvm-openmp to a Clang environment); it needs no variant."""
 
     homepage = "https://github.com/numaplace/numaplace"
     url = "https://github.com/numaplace/numaplace/archive/refs/tags/v0.1.0.tar.gz"

@@ -149,6 +149,40 @@ TEST(omp, static_partition_matches_schedule_static) {
     }
 }
 
+// static_rows: the rows a schedule(static) loop over m rows gives each node (the oracle: the runtime's
+// own owner of each row), in whole rows; a row off its thread's node only within an alignment step of a
+// block edge (a page, or a huge page with THP), none when a row is a whole number of those.
+TEST(omp, static_rows_matches_a_static_loop_over_rows) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const std::size_t t = static_cast<std::size_t>(tm.size());
+    for (std::size_t row_length : {std::size_t(1), std::size_t(7), page / sizeof(double), 3 * page / sizeof(double) + 5,
+                                   (std::size_t(2) << 20) / sizeof(double)})
+        for (std::size_t m : {std::size_t(0), std::size_t(1), t - 1, t, t + 1, std::size_t(97), std::size_t(4099)}) {
+            std::vector<int> owner(m, -1);
+#pragma omp parallel for schedule(static) num_threads(tm.size())
+            for (std::size_t i = 0; i < m; ++i) owner[i] = omp_get_thread_num();
+            const partition<double> part = omp::static_rows<double>(m, row_length, tm);
+            ASSERT_EQ(part.size(), m);
+            ASSERT_EQ(part.row_length(), row_length);
+            const std::size_t step = part.step();
+            if (row_length * sizeof(double) % part.alignment() == 0) EXPECT_EQ(step, 1u) << "any row is an edge";
+            std::size_t covered = 0, off = 0;
+            for (const block& b : part.untyped().blocks()) {
+                covered += b.size();
+                for (std::size_t i = b.begin; i < b.end; ++i) {
+                    const int node = tm.node_of(owner[i]);
+                    if (node == b.node) continue;
+                    EXPECT_TRUE(i - b.begin < step || b.end - i <= step)
+                        << "m=" << m << " row_length=" << row_length << " row " << i << " owner on node " << node;
+                    ++off;
+                }
+            }
+            EXPECT_EQ(covered, m);
+            EXPECT_LE(off, (tm.nodes().size() - 1) * (step - 1)) << "m=" << m << " row_length=" << row_length;
+        }
+}
+
 // An unchanged OpenMP loop (schedule(static)) first-touches an unplaced buffer of small pages where
 // static_partition says, but the page at each block edge; through partitioned_allocator every page is
 // where it says.
