@@ -13,6 +13,7 @@
 /// Design and measurements: docs/omp.md.
 
 #include "detail/config.hpp"
+#include "detail/linux.hpp"
 #include "diagnostics.hpp"
 #include "error.hpp"
 #include "loop.hpp"
@@ -21,7 +22,6 @@
 #include "topology.hpp"
 
 #include <omp.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -74,9 +74,8 @@ public:
             const auto t = static_cast<std::size_t>(omp_get_thread_num());
             if (t == 0) made = omp_get_num_threads();
             cpu_set_t set;
-            CPU_ZERO(&set);
-            if (::sched_getaffinity(0, sizeof set, &set) != 0) error[t] = errno;
-            else node[t] = node_of(topo, set);
+            error[t] = detail::os_thread_affinity(set);
+            if (error[t] == 0) node[t] = topo.node_of_cpus(set);
             NUMAPLACE_HANDOVER_RELEASE();
         }
         NUMAPLACE_HANDOVER_ACQUIRE();
@@ -111,19 +110,6 @@ public:
     }
 
 private:
-    // The one node whose CPUs hold every CPU of `set` that the topology knows, or -1.
-    static int node_of(const topology& topo, const cpu_set_t& set) noexcept {
-        int found = -1;
-        for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-            if (!CPU_ISSET(cpu, &set)) continue;
-            const int n = topo.node_of_cpu(cpu);
-            if (n < 0) continue; // not this process's (cpuset): the thread cannot run there
-            if (found >= 0 && n != found) return -1;
-            found = n;
-        }
-        return found;
-    }
-
     std::vector<int> node_; // per thread
     node_set nodes_;
 };

@@ -148,6 +148,19 @@ public:
     int node_of_cpu(unsigned cpu) const noexcept {
         return cpu < cpu_to_node_.size() ? cpu_to_node_[cpu] : -1;
     }
+    /// \returns the one node whose CPUs hold every CPU of `set` that this process may use (a thread or
+    /// process bound within a node), or -1 when they span nodes or none is this process's.
+    int node_of_cpus(const cpu_set_t& set) const noexcept {
+        int found = -1;
+        for (unsigned cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+            if (!CPU_ISSET(cpu, &set)) continue;
+            const int n = node_of_cpu(cpu);
+            if (n < 0) continue; // not this process's (cpuset): nothing runs there
+            if (found >= 0 && n != found) return -1;
+            found = n;
+        }
+        return found;
+    }
     /// \returns the node of the CPU the calling thread runs on now, or -1 if unknown.
     int current_node() const noexcept {
         int cpu = ::sched_getcpu();

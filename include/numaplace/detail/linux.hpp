@@ -20,6 +20,7 @@
 #include <ctime>
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -112,6 +113,11 @@ inline int os_map_shared(int fd, std::size_t length, void*& out, std::size_t off
 
 /// \effects unmaps [p, p+length). \returns 0 or errno (ENOMEM: unmapping the middle of a mapping
 /// would exceed vm.max_map_count; the range then stays mapped).
+/// \effects reads the CPUs the calling thread may run on into `set`. \returns 0 or errno.
+inline int os_thread_affinity(cpu_set_t& set) noexcept {
+    CPU_ZERO(&set);
+    return ::sched_getaffinity(0, sizeof set, &set) == 0 ? 0 : errno;
+}
 inline int os_unmap(void* p, std::size_t length) noexcept { return ::munmap(p, length) == 0 ? 0 : errno; }
 
 /// What `os_advise` tells the kernel about a page range.

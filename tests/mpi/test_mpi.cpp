@@ -1,0 +1,182 @@
+// mpi.hpp, run by mpirun (tests/CMakeLists.txt: 2 ranks on the host; in the 2- and 4-node guests one
+// rank per node, --bind-to numa): each rank's node against its binding, a shared window's segments on
+// their ranks' nodes when another rank first-touches them, failures on one rank reaching every rank
+// (overflow, a seccomp filter refusing mbind after start-up), degrading, moved-from windows, and the
+// partition of a rank's work. Every test is collective: each rank runs it.
+#include <numaplace/diagnostics.hpp>
+#include <numaplace/mpi.hpp>
+#include <numaplace/where.hpp>
+
+#include <gtest/gtest.h>
+
+#include <seccomp.hpp>
+
+#include <mpi.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <string>
+#include <vector>
+
+using namespace numaplace;
+
+namespace {
+const std::size_t page = detail::page_size();
+const char* const layout = std::getenv("NUMAPLACE_GUEST_LAYOUT"); // set in the guests
+
+int world_rank() {
+    int r = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &r);
+    return r;
+}
+int world_size() {
+    int n = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    return n;
+}
+// The node the calling thread runs on now (sched_getcpu): the oracle for a rank bound within a node.
+int running_node() { return topology::get().current_node(); }
+} // namespace
+
+TEST(mpi, each_ranks_node_is_its_binding) {
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    ASSERT_EQ(nodes.size(), world_size());
+    EXPECT_EQ(nodes.rank(), world_rank());
+    EXPECT_EQ(nodes.node_of(nodes.rank()), running_node());
+    if (layout) // mpirun --map-by numa --bind-to numa: rank r on node r
+        for (int r = 0; r < nodes.size(); ++r) EXPECT_EQ(nodes.node_of(r), r) << "rank " << r;
+    else if (topology::get().size() == 1)
+        for (int r = 0; r < nodes.size(); ++r) EXPECT_EQ(nodes.node_of(r), 0);
+    EXPECT_THROW(nodes.node_of(nodes.size()), std::out_of_range);
+    EXPECT_THROW(nodes.node_of(-1), std::out_of_range);
+}
+
+TEST(mpi, a_shared_window_puts_each_segment_on_its_ranks_node_whoever_touches_first) {
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    const std::size_t count = 10 * page / sizeof(double) + 3; // 11 pages, the last one partly used
+    mpi::shared_window<double> w(MPI_COMM_WORLD, count);
+    ASSERT_NE(w.data(), nullptr);
+    EXPECT_EQ(w.size(), count);
+    EXPECT_EQ(w.node(), nodes.node_of(world_rank()));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(w.data()) % page, 0u);
+    if (world_rank() == 0) // rank 0 first-touches every rank's segment
+        for (int r = 0; r < world_size(); ++r) {
+            const auto seg = w.segment(r);
+            ASSERT_GE(seg.second, count);
+            for (std::size_t i = 0; i < count; ++i) seg.first[i] = r * 1e6 + static_cast<double>(i);
+        }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(w.data()[i], world_rank() * 1e6 + static_cast<double>(i));
+    if (world_rank() == 0) // in the toucher's own mappings: every page of segment r on rank r's node
+        for (int r = 0; r < world_size(); ++r) {
+            const auto seg = w.segment(r);
+            const page_histogram h = where(seg.first, count * sizeof(double));
+            EXPECT_EQ(h.untouched, 0u) << "segment " << r;
+            EXPECT_EQ(h.on(nodes.node_of(r)), 11u) << "segment " << r << " of rank on node " << nodes.node_of(r);
+        }
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST(mpi, a_window_of_zero_elements_and_a_moved_from_window) {
+    mpi::shared_window<int> empty(MPI_COMM_WORLD, 0);
+    EXPECT_EQ(empty.size(), 0u);
+    EXPECT_NE(empty.window(), MPI_WIN_NULL);
+    mpi::shared_window<int> w(MPI_COMM_WORLD, 5);
+    int* const data = w.data();
+    mpi::shared_window<int> moved(std::move(w));
+    EXPECT_EQ(w.window(), MPI_WIN_NULL);
+    EXPECT_EQ(w.data(), nullptr);
+    EXPECT_EQ(w.size(), 0u);
+    EXPECT_EQ(moved.data(), data);
+    EXPECT_EQ(moved.size(), 5u);
+    moved.data()[4] = 7;
+    EXPECT_EQ(moved.segment(world_rank()).first[4], 7);
+} // destroyed in reverse order on every rank: MPI_Win_free is collective, the moved-from one frees nothing
+
+TEST(mpi_attack, one_ranks_overflow_fails_every_rank_and_leaves_no_window) {
+    const int bad = world_size() - 1;
+    const std::size_t count = world_rank() == bad ? std::numeric_limits<std::size_t>::max() / sizeof(double) + 1 : 16;
+    for (std::size_t attempt = 0; attempt < 2; ++attempt) {
+        try {
+            mpi::shared_window<double> w(MPI_COMM_WORLD, attempt == 0 ? count : (world_rank() == bad ? SIZE_MAX - 7 : 1));
+            ADD_FAILURE() << "no exception";
+        } catch (const std::bad_array_new_length&) {
+            EXPECT_EQ(world_rank(), bad);
+        } catch (const mpi::rank_failed& e) {
+            EXPECT_NE(world_rank(), bad);
+            EXPECT_EQ(e.rank(), bad);
+            EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(bad) + " failed"), std::string::npos) << e.what();
+        }
+    }
+    mpi::shared_window<double> after(MPI_COMM_WORLD, 16); // the communicator still works, nobody waits
+    EXPECT_EQ(after.size(), 16u);
+}
+
+TEST(mpi_attack, mbind_refused_after_start_up_on_one_rank_strict_fails_every_rank_degrade_records_it) {
+    // Rank `bad` installs a filter that refuses mbind with EPERM (a container's seccomp profile, here
+    // after MPI and the topology started), on this thread only: MPI's own threads keep theirs.
+    const int bad = world_size() - 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    // Each rank in a forked child would leave MPI behind: the filter is installed in the rank itself,
+    // last in this binary (the test runs last: gtest runs suites in order of definition).
+    if (world_rank() == bad) ASSERT_TRUE(numaplace_test::deny_syscalls_with_eperm({SYS_mbind}));
+    try {
+        mpi::shared_window<char> w(MPI_COMM_WORLD, 3 * page);
+        ADD_FAILURE() << "strict: no exception";
+    } catch (const placement_error& e) {
+        EXPECT_EQ(world_rank(), bad);
+        EXPECT_EQ(e.error_number(), EPERM);
+    } catch (const mpi::rank_failed& e) {
+        EXPECT_NE(world_rank(), bad);
+        EXPECT_EQ(e.rank(), bad);
+    }
+    const std::size_t before = degradations().size();
+    mpi::shared_window<char> w(MPI_COMM_WORLD, 3 * page, fallback::degrade);
+    if (world_rank() == bad) {
+        EXPECT_EQ(w.node(), -1);
+        ASSERT_EQ(degradations().size(), before + 1);
+        EXPECT_NE(degradations().back().find("mpi::shared_window: mbind"), std::string::npos) << degradations().back();
+    } else {
+        EXPECT_EQ(w.node(), running_node());
+        EXPECT_EQ(degradations().size(), before);
+    }
+    std::memset(w.data(), 1, 3 * page); // usable either way
+}
+
+TEST(mpi, a_ranks_partition_covers_only_the_nodes_of_its_binding) {
+    const partition<double> part = mpi::rank_partition<double>(1000003);
+    EXPECT_EQ(part.size(), 1000003u);
+    std::size_t covered = 0;
+    for (const block& b : part.untyped().blocks()) {
+        covered += b.size();
+        if (layout) EXPECT_EQ(b.node, world_rank()) << "bound to node " << world_rank(); // --bind-to numa
+        else EXPECT_EQ(b.node, running_node());
+    }
+    EXPECT_EQ(covered, 1000003u);
+    EXPECT_EQ(mpi::rank_partition<double>(0).size(), 0u);
+}
+
+int main(int argc, char** argv) {
+    MPI_Init(&argc, &argv);
+    ::testing::InitGoogleTest(&argc, argv);
+    int failed = RUN_ALL_TESTS();
+#if defined(__SANITIZE_ADDRESS__)
+    // The leak check runs here, before MPI_Finalize, while Open MPI's components are loaded and its state
+    // is referenced: at exit they are dlclosed and LeakSanitizer reports their allocations from unknown
+    // modules, which no narrow suppression can match. tests/CMakeLists.txt turns the exit check off for
+    // this binary only (leak_check_at_exit=0).
+    if (__lsan_do_recoverable_leak_check() != 0) failed = 1;
+#endif
+    int any = 0;
+    MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    MPI_Finalize();
+    return any;
+}
