@@ -5,6 +5,7 @@
 // closed, a full disk: one line on stderr), 2 bad arguments.
 #include <numaplace/numaplace.hpp>
 #include <numaplace/report.hpp>
+#include <numaplace/tiers.hpp>
 
 #include <cerrno>
 #include <cstdint>
@@ -139,6 +140,7 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
        << ", \"preferred_many\": " << json_bool(caps.preferred_many)
        << ", \"weighted_interleave\": " << json_bool(caps.weighted_interleave)
        << ", \"numa_balancing_bind\": " << json_bool(caps.numa_balancing_bind)
+       << ", \"memory_attributes\": " << json_bool(caps.memory_attributes)
        << ", \"transparent_huge_pages\": " << json_string(caps.thp) << ", \"numa_balancing\": " << caps.numa_balancing
        << ", \"topology_readable\": " << json_bool(topology_readable())
        << ", \"topology_backend\": " << json_string(topology_backend(topo))
@@ -148,7 +150,35 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
         os << (first ? "" : ", ") << json_string(m);
         first = false;
     }
-    os << "]},\n  \"tbb\": {\"interface_version\": " << arenas.tbb_interface_version
+    os << "]},\n";
+    if (caps.memory_attributes) { // the memory tiers of each node with CPUs (tiers.hpp), as the text shows them
+        os << "  \"memory_tiers\": [";
+        first = true;
+        for (const auto& from : topo.nodes()) {
+            if (!from.has_cpus()) continue;
+            const auto bw = numaplace::memory_tiers::of(from.id, numaplace::memory_attribute::bandwidth, topo);
+            const auto lat = numaplace::memory_tiers::of(from.id, numaplace::memory_attribute::latency, topo);
+            os << (first ? "\n" : ",\n") << "    {\"initiator\": " << from.id << ", \"tiers\": [";
+            bool first_tier = true;
+            for (const auto& t : bw.tiers()) {
+                os << (first_tier ? "" : ", ") << "{\"nodes\": " << json_numbers(std::vector<int>(t.nodes.begin(), t.nodes.end()))
+                   << ", \"bandwidth\": " << t.value << ", \"latency\": ";
+                bool found = false;
+                for (const auto& l : lat.tiers())
+                    if (!found && l.nodes.contains(t.nodes[0])) {
+                        os << l.value;
+                        found = true;
+                    }
+                if (!found) os << "null";
+                os << '}';
+                first_tier = false;
+            }
+            os << "], \"unknown\": " << json_numbers(std::vector<int>(bw.unknown().begin(), bw.unknown().end())) << '}';
+            first = false;
+        }
+        os << "\n  ],\n";
+    }
+    os << "  \"tbb\": {\"interface_version\": " << arenas.tbb_interface_version
        << ", \"library\": " << json_string(loaded_path("libtbb.so"))
        << ", \"tbbbind_loaded\": " << json_bool(arenas.tbbbind_loaded)
        << ", \"tbbbind_library\": " << json_string(loaded_path("libtbbbind"))

@@ -6,6 +6,7 @@
 /// capability and every degradation so far.
 
 #include "diagnostics.hpp"
+#include "tiers.hpp"
 #include "topology.hpp"
 
 #include <ostream>
@@ -56,6 +57,29 @@ inline void print_report(std::ostream& os, const topology& topo = topology::get(
        << (caps.numa_balancing_bind ? " (bind_with_balancing: bound pages may migrate among their nodes)"
                                     : " (bind_with_balancing strict throws; degrading binds without it)");
     os << "\ntransparent huge pages:      " << caps.thp;
+    os << "\nmemory attributes (HMAT):    " << yes_no(caps.memory_attributes)
+       << (caps.memory_attributes ? " (memory tiers: tiers.hpp)" : " (no bandwidth or latency from the firmware: memory tiers unknown)");
+    if (caps.memory_attributes)
+        for (const auto& from : topo.nodes()) {
+            if (!from.has_cpus()) continue;
+            os << "\nmemory tiers from node " << from.id << ":";
+            const memory_tiers bw = memory_tiers::of(from.id, memory_attribute::bandwidth, topo);
+            const memory_tiers lat = memory_tiers::of(from.id, memory_attribute::latency, topo);
+            const char* sep = " ";
+            for (const auto& t : bw.tiers()) {
+                os << sep << "nodes";
+                for (int id : t.nodes) os << ' ' << id;
+                os << " (" << t.value << " MiB/s";
+                for (const auto& l : lat.tiers())
+                    if (l.nodes.contains(t.nodes[0])) os << ", " << l.value << " ns";
+                os << ')';
+                sep = " > ";
+            }
+            if (!bw.unknown().empty()) {
+                os << "; unknown:";
+                for (int id : bw.unknown()) os << ' ' << id;
+            }
+        }
     os << "\nkernel.numa_balancing:       " << caps.numa_balancing
        << (caps.numa_balancing > 0 ? " (the kernel may migrate pages after placement)" : "");
     os << "\ndegradations so far:         " << degradation_count() << '\n';

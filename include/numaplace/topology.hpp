@@ -13,6 +13,7 @@
 #include "detail/linux.hpp"
 #include "diagnostics.hpp"
 #include "error.hpp"
+#include "memory_attribute.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +21,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -81,7 +83,9 @@ struct capabilities {
     int numa_balancing = -1;          ///< kernel.numa_balancing (0 off, 1 on, 2 tiering; -1 unknown)
     bool numa_balancing_bind = false; ///< MPOL_BIND | MPOL_F_NUMA_BALANCING (Linux >= 5.12): bound pages may migrate
     bool distances_known = false;     ///< the firmware gave a distance matrix
+    bool memory_attributes = false;   ///< the firmware gave bandwidths or latencies (ACPI HMAT): memory tiers
 };
+
 
 /// A snapshot of the machine's NUMA topology. `topology::get()` is the process's, loaded once
 /// (thread-safe); `from_synthetic`/`from_xml` build others for tests and what-if planning.
@@ -141,6 +145,17 @@ public:
         check(a);
         check(b);
         return distances_[static_cast<std::size_t>(a) * nodes_.size() + static_cast<std::size_t>(b)];
+    }
+    /// \returns `attr` of node `target`'s memory seen from the CPUs of node `initiator` (MiB/s, ns), or
+    /// nothing when the firmware gives none: no HMAT, or (Linux) not this pair, since the kernel exposes
+    /// only each node's best initiators. Never guessed (distances are another thing: `distance`).
+    /// \throws unknown_node (either id); invalid_placement when `initiator` has no CPUs.
+    std::optional<std::uint64_t> memory_attribute_value(memory_attribute attr, int target, int initiator) const {
+        check(target);
+        check(initiator);
+        if (!nodes_[static_cast<std::size_t>(initiator)].has_cpus())
+            detail::throw_invalid("memory_attribute_value: node " + std::to_string(initiator) + " has no CPUs to initiate accesses");
+        return attribute_value(attr, target, initiator);
     }
     /// \returns the node id of an OS node number, or -1 if this process may not use that node.
     int from_os_index(unsigned os) const noexcept { return os < os_to_id_.size() ? os_to_id_[os] : -1; }
@@ -205,24 +220,7 @@ private:
     static detail::hwloc_topology_ptr load_system() {
         const std::string sys_node = "/sys/devices/system/node";
         auto exists = [](const std::string& path) { return std::ifstream(path).is_open(); }; // files and directories
-        // "0-3,5" (sysfs and /proc lists) -> {0, 1, 2, 3, 5}; malformed parts are skipped.
-        auto parse_list = [](const std::string& text) {
-            std::vector<unsigned> ids;
-            std::size_t pos = 0;
-            while (pos < text.size()) {
-                std::size_t comma = text.find(',', pos);
-                if (comma == std::string::npos) comma = text.size();
-                const std::string part = text.substr(pos, comma - pos);
-                pos = comma + 1;
-                char* end = nullptr;
-                const unsigned long first = std::strtoul(part.c_str(), &end, 10);
-                if (end == part.c_str()) continue;
-                unsigned long last = first;
-                if (*end == '-') last = std::strtoul(end + 1, &end, 10);
-                for (unsigned long id = first; id <= last && id < first + 65536; ++id) ids.push_back(static_cast<unsigned>(id));
-            }
-            return ids;
-        };
+        const auto parse_list = [](const std::string& text) { return detail::parse_id_list(text); };
         // The nodes the kernel lets this process use: Mems_allowed_list (/proc, present when /sys is hidden).
         std::string allowed_text;
         {
@@ -321,6 +319,7 @@ private:
                     hwloc_get_nbobjs_inside_cpuset_by_type(tp, obj->cpuset, HWLOC_OBJ_CORE));
                 if (n.cores == 0) n.cores = n.cpus.size();
             }
+            kernel_cpus_only(n);
             if (os_to_id_.size() <= n.os_index) os_to_id_.resize(n.os_index + 1, -1);
             os_to_id_[n.os_index] = n.id;
             for (unsigned cpu : n.cpus) {
@@ -330,9 +329,36 @@ private:
             nodes_.push_back(std::move(n));
         }
         read_distances();
+        read_memory_attributes();
         caps_.nodes = nodes_.size();
         caps_.system_nodes = nodes_.size();
         if (is_this_system()) probe();
+    }
+
+    // A memory-only node that the firmware gives an initiator (ACPI HMAT: a CXL expander near a socket)
+    // is attached by hwloc to that socket, with its cpuset: on this system the kernel's list of the
+    // node's CPUs decides (none, for such a node). docs/tiers.md.
+    void kernel_cpus_only(node& n) const {
+        std::vector<unsigned> kernel;
+        if (n.cpus.empty() || !is_this_system() || !detail::os_node_cpus(n.os_index, kernel)) return;
+        const auto before = n.cpus.size();
+        n.cpus.erase(std::remove_if(n.cpus.begin(), n.cpus.end(),
+                                    [&](unsigned c) { return std::find(kernel.begin(), kernel.end(), c) == kernel.end(); }),
+                     n.cpus.end());
+        if (n.cpus.size() != before) n.cores = n.cpus.empty() ? 0 : n.cpus.size(); // a CPU-less node, or (never seen) a split core
+    }
+
+    // hwloc's value of attr for (target, initiator's CPUs), if it has one.
+    std::optional<std::uint64_t> attribute_value(memory_attribute attr, int target, int initiator) const noexcept {
+        return detail::hwloc_memory_attribute(topo_.get(), attr, static_cast<unsigned>(target), static_cast<unsigned>(initiator));
+    }
+    // Whether the firmware gave any bandwidth or latency (from any node with CPUs).
+    void read_memory_attributes() noexcept {
+        for (const auto& from : nodes_)
+            for (const auto& to : nodes_)
+                caps_.memory_attributes = caps_.memory_attributes ||
+                    (from.has_cpus() && (attribute_value(memory_attribute::bandwidth, to.id, from.id) ||
+                                         attribute_value(memory_attribute::latency, to.id, from.id)));
     }
 
     void read_distances() {

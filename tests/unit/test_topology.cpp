@@ -1,10 +1,13 @@
+#include <numaplace/diagnostics.hpp>
 #include <numaplace/report.hpp>
+#include <numaplace/tiers.hpp>
 #include <numaplace/topology.hpp>
 
 #include <gtest/gtest.h>
 
 #include <expect.hpp>
 
+#include <cstdlib>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -172,4 +175,87 @@ TEST(topology, lookups_reject_unknown_ids) {
 TEST(topology, bad_descriptions_are_invalid_placement) {
     expect_invalid([] { (void)topology::from_synthetic("this is not a topology"); }, "synthetic", "from_synthetic");
     expect_invalid([] { (void)topology::from_xml("/nonexistent/numaplace/topology.xml"); }, "XML", "from_xml");
+}
+
+// ---- Memory attributes and tiers (tiers.hpp, tested here: a new binary would cost a guest boot per
+// layout). In the hmat guest layout the firmware's values are known exactly (tests/guests/numa-guest):
+// from OS node 0, node 0 at 102400 MiB/s and 100 ns, the memory-only OS node 2 at 30720 MiB/s and 250 ns;
+// OS node 1 has no value from node 0 (Linux exposes each node's best initiators only). Everywhere else
+// (the host, the other layouts) the firmware gives none: unknown, strict refuses, degrading says so.
+
+namespace {
+const char* const guest_layout = std::getenv("NUMAPLACE_GUEST_LAYOUT");
+bool hmat_layout() { return guest_layout && std::string(guest_layout) == "hmat"; }
+} // namespace
+
+TEST(tiers, attributes_are_the_firmwares_or_unknown_never_guessed) {
+    const topology& topo = topology::get();
+    const int first = topo.with_cpus()[0];
+    if (!hmat_layout()) {
+        EXPECT_FALSE(topo.capabilities().memory_attributes);
+        for (const auto& to : topo.nodes())
+            for (const auto& from : topo.nodes())
+                if (from.has_cpus())
+                    for (auto a : {numaplace::memory_attribute::bandwidth, numaplace::memory_attribute::latency,
+                                   numaplace::memory_attribute::read_bandwidth, numaplace::memory_attribute::write_latency})
+                        EXPECT_FALSE(topo.memory_attribute_value(a, to.id, from.id).has_value()) << to.id << " from " << from.id;
+        const auto tiers = numaplace::memory_tiers::of(first);
+        EXPECT_FALSE(tiers.known());
+        EXPECT_TRUE(tiers.tiers().empty());
+        EXPECT_EQ(tiers.unknown(), topo.all());
+        try {
+            (void)tiers.best();
+            ADD_FAILURE() << "strict best() without attributes returned";
+        } catch (const numaplace::memory_attributes_unknown& e) {
+            EXPECT_EQ(e.initiator(), first);
+            EXPECT_EQ(e.attribute(), numaplace::memory_attribute::bandwidth);
+            EXPECT_NE(std::string(e.what()).find("no ACPI HMAT"), std::string::npos) << e.what();
+        }
+        const std::size_t before = numaplace::degradation_count();
+        EXPECT_EQ(tiers.best(numaplace::fallback::degrade), numaplace::node_set{first});
+        EXPECT_EQ(numaplace::degradation_count(), before + 1);
+        EXPECT_NE(numaplace::degradations().back().find("memory tiers: no Bandwidth from node"), std::string::npos);
+        return;
+    }
+    ASSERT_EQ(topo.size(), 3u) << "hmat layout: nodes OS 0, 1 (CPUs) and 2 (memory only)";
+    EXPECT_TRUE(topo.capabilities().memory_attributes);
+    const int dram0 = topo.from_os_index(0), dram1 = topo.from_os_index(1), far = topo.from_os_index(2);
+    ASSERT_GE(dram0, 0);
+    ASSERT_GE(dram1, 0);
+    ASSERT_GE(far, 0);
+    using numaplace::memory_attribute;
+    EXPECT_EQ(topo.memory_attribute_value(memory_attribute::bandwidth, dram0, dram0), 102400u);
+    EXPECT_EQ(topo.memory_attribute_value(memory_attribute::read_bandwidth, dram0, dram0), 102400u);
+    EXPECT_EQ(topo.memory_attribute_value(memory_attribute::latency, dram0, dram0), 100u);
+    EXPECT_EQ(topo.memory_attribute_value(memory_attribute::bandwidth, far, dram0), 30720u);
+    EXPECT_EQ(topo.memory_attribute_value(memory_attribute::write_latency, far, dram0), 250u);
+    EXPECT_EQ(topo.memory_attribute_value(memory_attribute::bandwidth, dram1, dram1), 102400u);
+    EXPECT_FALSE(topo.memory_attribute_value(memory_attribute::bandwidth, dram1, dram0).has_value());
+    expect_invalid([&] { (void)topo.memory_attribute_value(memory_attribute::bandwidth, dram0, far); }, "no CPUs",
+                   "a memory-only initiator");
+    expect_unknown_node([&] { (void)topo.memory_attribute_value(memory_attribute::bandwidth, 3, dram0); }, 3, "target");
+    expect_unknown_node([&] { (void)topo.memory_attribute_value(memory_attribute::bandwidth, dram0, -1); }, -1, "initiator");
+
+    const auto by_bandwidth = numaplace::memory_tiers::of(dram0);
+    ASSERT_EQ(by_bandwidth.tiers().size(), 2u);
+    EXPECT_EQ(by_bandwidth.tiers()[0].nodes, numaplace::node_set{dram0});
+    EXPECT_EQ(by_bandwidth.tiers()[0].value, 102400u);
+    EXPECT_EQ(by_bandwidth.tiers()[1].nodes, numaplace::node_set{far});
+    EXPECT_EQ(by_bandwidth.tiers()[1].value, 30720u);
+    EXPECT_EQ(by_bandwidth.unknown(), numaplace::node_set{dram1});
+    EXPECT_EQ(by_bandwidth.best(), numaplace::node_set{dram0});
+    const auto by_latency = numaplace::memory_tiers::of(dram0, memory_attribute::latency);
+    ASSERT_EQ(by_latency.tiers().size(), 2u);
+    EXPECT_EQ(by_latency.tiers()[0].value, 100u); // lowest first
+    EXPECT_EQ(by_latency.tiers()[1].nodes, numaplace::node_set{far});
+    EXPECT_EQ(by_latency.tiers()[1].value, 250u);
+    const auto from1 = numaplace::memory_tiers::of(dram1);
+    ASSERT_EQ(from1.tiers().size(), 1u);
+    EXPECT_EQ(from1.tiers()[0].nodes, numaplace::node_set{dram1});
+    EXPECT_EQ(from1.unknown(), (numaplace::node_set{dram0, far}));
+    expect_invalid([&] { (void)numaplace::memory_tiers::of(far); }, "no CPUs", "tiers of a memory-only node");
+    // the report says it
+    std::ostringstream report;
+    numaplace::print_report(report, topo);
+    EXPECT_NE(report.str().find("memory attributes (HMAT):    yes"), std::string::npos) << report.str();
 }

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <iterator> // before <fstream>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <fstream>
 #include <string>
@@ -261,6 +262,38 @@ inline std::string read_line(const char* path, const std::string& fallback = std
     std::string line;
     if (!std::getline(in, line)) return fallback;
     return line;
+}
+
+/// \returns the ids of a kernel list ("0-3,5" in sysfs and /proc: {0, 1, 2, 3, 5}); malformed parts are
+/// skipped.
+inline std::vector<unsigned> parse_id_list(const std::string& text) {
+    std::vector<unsigned> ids;
+    std::size_t pos = 0;
+    while (pos < text.size()) {
+        std::size_t comma = text.find(',', pos);
+        if (comma == std::string::npos) comma = text.size();
+        const std::string part = text.substr(pos, comma - pos);
+        pos = comma + 1;
+        char* end = nullptr;
+        const unsigned long first = std::strtoul(part.c_str(), &end, 10);
+        if (end == part.c_str()) continue;
+        unsigned long last = first;
+        if (*end == '-') last = std::strtoul(end + 1, &end, 10);
+        for (unsigned long id = first; id <= last && id < first + 65536; ++id) ids.push_back(static_cast<unsigned>(id));
+    }
+    return ids;
+}
+
+/// \effects reads the kernel's list of the CPUs of node `os_node` (sysfs) into `cpus`.
+/// \returns false when it cannot be read (/sys hidden).
+inline bool os_node_cpus(unsigned os_node, std::vector<unsigned>& cpus) {
+    const std::string path = "/sys/devices/system/node/node" + std::to_string(os_node) + "/cpulist";
+    std::ifstream in(path);
+    std::string line;
+    if (!in.is_open()) return false;
+    std::getline(in, line);
+    cpus = parse_id_list(line);
+    return true;
 }
 
 /// The selected word in a sysfs choice list such as "always [madvise] never".
