@@ -215,7 +215,7 @@ partition<T> rank_partition(std::size_t n) {
     std::vector<std::size_t> weights;
     for (const auto& node : topo.nodes()) {
         std::size_t cpus = 0;
-        for (unsigned cpu : node.cpus) cpus += CPU_ISSET(cpu, &set) ? 1 : 0;
+        for (unsigned cpu : node.cpus) cpus += cpu < CPU_SETSIZE && CPU_ISSET(cpu, &set) ? 1 : 0;
         if (cpus == 0) continue;
         ids.push_back(node.id);
         weights.push_back(cpus);
