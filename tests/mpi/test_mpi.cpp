@@ -101,6 +101,32 @@ TEST(mpi, a_window_of_zero_elements_and_a_moved_from_window) {
     EXPECT_EQ(moved.segment(world_rank()).first[4], 7);
 } // destroyed in reverse order on every rank: MPI_Win_free is collective, the moved-from one frees nothing
 
+TEST(mpi_attack, segments_at_page_boundaries_start_on_a_page_and_hold_what_was_asked) {
+    // 1 element, a page of them - 1, a page, a page + 1, and a size differing between the ranks: every
+    // segment starts on a page boundary of every process's mapping, holds at least what its rank asked
+    // and the whole of its last page, and is written by its owner without touching a neighbour.
+    const std::size_t per_page = page / sizeof(long);
+    const std::size_t sizes[] = {1, per_page - 1, per_page, per_page + 1, 0}; // 0: rank r asks (r + 1) pages
+    for (const std::size_t size : sizes) {
+        const auto asked_by = [&](int r) { return size != 0 ? size : per_page * (1 + static_cast<std::size_t>(r)); };
+        const std::size_t count = asked_by(world_rank());
+        mpi::shared_window<long> w(MPI_COMM_WORLD, count);
+        EXPECT_EQ(w.size(), count);
+        for (std::size_t i = 0; i < count; ++i) w.data()[i] = world_rank() * 1000000L + static_cast<long>(i);
+        MPI_Barrier(MPI_COMM_WORLD);
+        for (int r = 0; r < world_size(); ++r) {
+            const auto seg = w.segment(r);
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(seg.first) % page, 0u) << "rank " << r << " count " << count;
+            const std::size_t asked = asked_by(r);
+            EXPECT_EQ(seg.second, (asked + per_page - 1) / per_page * per_page) << "rank " << r << " count " << count;
+            std::size_t wrong = 0; // counted, not asserted: every rank must reach the barrier below
+            for (std::size_t i = 0; i < asked; ++i) wrong += seg.first[i] != r * 1000000L + static_cast<long>(i);
+            EXPECT_EQ(wrong, 0u) << "rank " << r << " count " << count;
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
 TEST(mpi_attack, one_ranks_overflow_fails_every_rank_and_leaves_no_window) {
     const int bad = world_size() - 1;
     const std::size_t count = world_rank() == bad ? std::numeric_limits<std::size_t>::max() / sizeof(double) + 1 : 16;
