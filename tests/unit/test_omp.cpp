@@ -69,6 +69,25 @@ std::vector<int> running_nodes(int threads) {
     node[static_cast<std::size_t>(omp_get_thread_num())] = topology::get().current_node();
     return node;
 }
+// Checks `part` against the runtime's owner thread of each index (the oracle): every index covered once,
+// an index off its owner's node only within `step` indexes of its block's edges, at most (nodes - 1) ×
+// `slack` of them. `what` names the case in failures.
+void expect_owners_on_block_nodes(const partition<double>& part, const std::vector<int>& owner, const omp::team& tm,
+                                  std::size_t step, std::size_t slack, const std::string& what) {
+    std::size_t covered = 0, off = 0;
+    for (const block& b : part.untyped().blocks()) {
+        covered += b.size();
+        for (std::size_t i = b.begin; i < b.end; ++i) {
+            const int node = tm.node_of(owner[i]);
+            if (node == b.node) continue;
+            EXPECT_TRUE(i - b.begin < step || b.end - i <= step)
+                << what << " index " << i << " owner on node " << node << ", block of node " << b.node;
+            ++off;
+        }
+    }
+    EXPECT_EQ(covered, owner.size()) << what;
+    EXPECT_LE(off, (tm.nodes().size() - 1) * slack) << what;
+}
 } // namespace
 
 TEST(omp, a_bound_team_has_each_threads_node) {
@@ -128,19 +147,7 @@ TEST(omp, static_partition_matches_schedule_static) {
         for (std::size_t i = 0; i < n; ++i) owner[i] = omp_get_thread_num();
         const partition<double> part = omp::static_partition<double>(n, tm);
         ASSERT_EQ(part.size(), n);
-        std::size_t covered = 0, off = 0;
-        for (const block& b : part.untyped().blocks()) {
-            covered += b.size();
-            for (std::size_t i = b.begin; i < b.end; ++i) {
-                const int node = tm.node_of(owner[i]);
-                if (node == b.node) continue;
-                const bool near_edge = i - b.begin < per_page || b.end - i <= per_page;
-                EXPECT_TRUE(near_edge) << "n=" << n << " i=" << i << " owner on node " << node << ", block of node " << b.node;
-                ++off;
-            }
-        }
-        EXPECT_EQ(covered, n);
-        EXPECT_LE(off, (tm.nodes().size() - 1) * per_page) << "n=" << n;
+        expect_owners_on_block_nodes(part, owner, tm, per_page, per_page, "n=" + std::to_string(n));
         // the oracle's count per node against the closed form
         for (std::size_t k = 0; k < t; ++k) {
             const std::size_t got = static_cast<std::size_t>(std::count(owner.begin(), owner.end(), static_cast<int>(k)));
@@ -167,19 +174,8 @@ TEST(omp, static_rows_matches_a_static_loop_over_rows) {
             ASSERT_EQ(part.row_length(), row_length);
             const std::size_t step = part.step();
             if (row_length * sizeof(double) % part.alignment() == 0) EXPECT_EQ(step, 1u) << "any row is an edge";
-            std::size_t covered = 0, off = 0;
-            for (const block& b : part.untyped().blocks()) {
-                covered += b.size();
-                for (std::size_t i = b.begin; i < b.end; ++i) {
-                    const int node = tm.node_of(owner[i]);
-                    if (node == b.node) continue;
-                    EXPECT_TRUE(i - b.begin < step || b.end - i <= step)
-                        << "m=" << m << " row_length=" << row_length << " row " << i << " owner on node " << node;
-                    ++off;
-                }
-            }
-            EXPECT_EQ(covered, m);
-            EXPECT_LE(off, (tm.nodes().size() - 1) * (step - 1)) << "m=" << m << " row_length=" << row_length;
+            expect_owners_on_block_nodes(part, owner, tm, step, step - 1,
+                                         "m=" + std::to_string(m) + " row_length=" + std::to_string(row_length));
         }
 }
 
@@ -287,6 +283,21 @@ TEST(omp_attack, a_block_on_a_node_without_threads_is_refused_before_running) {
 }
 
 // Index spaces up to SIZE_MAX (a partition of indexes, no data): every index once, no cursor wraps.
+// static_rows at the byte limit: m × row_length × sizeof(T) one past what size_t holds is refused (no
+// wrapped split); one row of SIZE_MAX / sizeof(T) / 2 elements is still a partition of one row.
+TEST(omp_attack, static_rows_whose_bytes_overflow_are_refused) {
+    NUMAPLACE_IN_FRESH_PROCESS(bound);
+    const omp::team tm = omp::team::current();
+    const std::size_t row = 1024;
+    EXPECT_THROW(omp::static_rows<double>(SIZE_MAX / (row * sizeof(double)) + 1, row, tm), invalid_placement);
+    EXPECT_THROW(omp::static_rows<double>(2, SIZE_MAX / sizeof(double), tm), invalid_placement);
+    const partition<double> one = omp::static_rows<double>(1, SIZE_MAX / sizeof(double) / 2, tm);
+    EXPECT_EQ(one.size(), 1u);
+    std::size_t rows = 0;
+    for (const block& b : one.untyped().blocks()) rows += b.size();
+    EXPECT_EQ(rows, 1u);
+}
+
 TEST(omp_attack, an_index_space_near_size_max_is_covered_once) {
     NUMAPLACE_IN_FRESH_PROCESS(bound);
     const omp::team tm = omp::team::current();
