@@ -1007,6 +1007,42 @@ TEST(heap, runs_end_at_16_mib_and_the_class_cache_takes_over_one_byte_later) {
                           "4/5/6: a block over 16 MiB is not the class cache's (unmapped at once over its bound)";
 }
 
+// A large request first gives back the runs this thread caches of its heap (sizes it did not ask for
+// again), so that they coalesce there instead of staying resident beside the large block's new pages.
+TEST(heap, a_large_request_gives_back_the_threads_cached_runs_first) {
+    const int code = numaplace_test::run_child([] {
+        node_allocator<char> a(0);
+        auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        release_cached_memory();
+        const std::size_t base = heap.run_bytes_in_use();
+        const std::size_t half = mib / 2, large = mib + page;
+        char* x = a.allocate(half);
+        char* y = a.allocate(half);
+        x[0] = y[half - 1] = 1;
+        a.deallocate(x, half);
+        a.deallocate(y, half);
+        detail::thread_cache* tc = detail::thread_cache::current();
+        if (!tc) return 1;
+        const std::size_t cached = tc->cached_bytes();
+        if (cached < mib) return 2;                             // both runs in this thread's cache (1 MiB of runs)
+        if (heap.run_bytes_in_use() != base + mib) return 3;    // counted in use while cached
+        char* p = a.allocate(large);
+        if (heap.run_bytes_in_use() != base + memory::page_round(large)) return 4; // the cached runs went back
+        if (tc->cached_bytes() != cached - mib) return 5;
+        p[0] = p[large - 1] = 1;
+        a.deallocate(p, large);
+        // A request up to 1 MiB does not: a run freed and asked for again cycles through the cache.
+        char* q = a.allocate(half);
+        a.deallocate(q, half);
+        char* r = a.allocate(half);
+        if (r != q) return 6;
+        a.deallocate(r, half);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "1/2/3: freed runs not cached by the thread, 4/5: a large request left them there, "
+                          "6: a run freed and asked for again was not the same run";
+}
+
 TEST(heap, cached_large_blocks_are_bounded_and_decay) {
     const int code = numaplace_test::run_child([] {
         node_allocator<char> a(0);
@@ -1059,6 +1095,9 @@ TEST(heap, vector_growth_reuses_large_blocks_across_rounds) {
     if (sanitized) GTEST_SKIP() << "shadow memory faults are counted with ours";
     const int code = numaplace_test::run_child([] {
         auto& heap = detail::heap_registry::instance().at(detail::heap_index(0, detail::heap_source{false, fallback::strict}));
+        // Nothing inherited from the parent's earlier tests: its free pages are shared copy-on-write
+        // with this child, and the first write to each is a fault, as if it were new.
+        release_cached_memory();
         std::size_t mapped_after_first = 0;
         for (int round = 0; round < 3; ++round) {
             rusage before{};

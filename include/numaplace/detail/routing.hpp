@@ -50,8 +50,11 @@ std::size_t route_slot(std::size_t bytes, std::size_t alignment) noexcept {
 template <class Placement>
 NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
     if constexpr (std::is_same<Placement, on_node>::value) {
-        if (large_cache::serves(bytes, alignment))
-            return heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).take_large(bytes, alignment);
+        if (large_cache::serves(bytes, alignment)) {
+            const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
+            if (thread_cache* tc = thread_cache::current()) tc->give_runs(heap); // they may serve it
+            return heap_registry::instance().at(heap).take_large(bytes, alignment);
+        }
     }
     placed_cache& cache = placed_cache::instance();
     if (void* p = cache.take(placement, bytes, alignment)) return p;

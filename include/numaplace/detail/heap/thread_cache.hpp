@@ -3,8 +3,8 @@
 
 /// \file
 /// Each thread's cache of heap blocks (bounded per slot, 1..4 MiB in all by the number of threads, 1 MiB
-/// of page runs), and the
-/// out-of-line allocate and deallocate that go through it to the heaps. Design: docs/heap.md.
+/// of page runs, given back at a large request), and the out-of-line allocate and deallocate that go
+/// through it to the heaps. Design: docs/heap.md.
 
 #include "../config.hpp"
 #include "registry.hpp"
@@ -119,6 +119,19 @@ public:
         if (NUMAPLACE_UNLIKELY(run_bytes_ > run_budget)) evict_runs(heap, slot);
         if (NUMAPLACE_UNLIKELY(bytes_ > budget_)) shrink(heap);
         return true;
+    }
+
+    /// \effects gives back every run this thread caches of heap `heap`. A large request calls it first:
+    /// runs of sizes not asked for again would otherwise stay resident beside the fresh pages of the
+    /// large block; back in the heap they coalesce and may serve it (docs/heap.md). Never allocates.
+    void give_runs(std::size_t heap) noexcept {
+        if (run_bytes_ == 0 || lists_[heap] == nullptr) return;
+        std::uint64_t* marks = &run_marks_[heap * run_words];
+        for (std::size_t w = 0; w < run_words; ++w) {
+            for (std::uint64_t bits = marks[w]; bits != 0; bits &= bits - 1)
+                trim(heap, heap_class_count + w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)), 0);
+            marks[w] = 0;
+        }
     }
 
     /// \returns the bytes this thread caches now, and the most it may cache (its budget at its last refill).
