@@ -1196,6 +1196,25 @@ TEST(heap, a_remote_stack_counts_exactly_and_refuses_a_push_past_its_count_which
     std::set<detail::heap_block*> taken;
     for (; head; head = head->next) taken.insert(head);
     EXPECT_EQ(taken, std::set<detail::heap_block*>(blocks.begin(), blocks.begin() + 100));
+    // a stack past a batch is drained into a transfer list, kept whole (4 at most per class): the next
+    // refill of a batch takes it whole; the fifth goes back to the spans
+    const std::size_t long_stack = batch + 1;
+    for (std::size_t k = 0; k < 5; ++k) {
+        for (std::size_t i = 0; i < long_stack; ++i)
+            ASSERT_EQ(heap->give_one(c, blocks[k * long_stack + i]), i + 1 > batch ? detail::span_heap::remote_push::pushed_long
+                                                                                   : detail::span_heap::remote_push::pushed);
+        heap->drain_remote_now(c);
+        EXPECT_EQ(heap->parked_bytes(), (k < 4 ? k + 1 : 4) * long_stack * 16) << k;
+    }
+    for (std::size_t k = 4; k-- > 0;) { // newest first, each exactly the blocks of one stack
+        head = nullptr;
+        ASSERT_EQ(heap->take(c, batch, head, map), long_stack);
+        std::set<detail::heap_block*> list;
+        for (; head; head = head->next) list.insert(head);
+        EXPECT_EQ(list, std::set<detail::heap_block*>(blocks.begin() + static_cast<std::ptrdiff_t>(k * long_stack),
+                                                      blocks.begin() + static_cast<std::ptrdiff_t>((k + 1) * long_stack)));
+        EXPECT_EQ(heap->parked_bytes(), k * long_stack * 16);
+    }
     heap->release_all();
 }
 

@@ -93,19 +93,10 @@ public:
     /// class while the spares are under their limit, else goes to the cache. Then spares over the limit
     /// go back: class `c`'s, and those of other classes whose lock is free now. Never allocates.
     void give(std::size_t c, heap_block* list, std::size_t count) noexcept {
-        const heap_class_info& info = heap_table.info[c];
         {
             std::lock_guard<std::mutex> lock(class_mutex_[c]);
             touched_[c].store(true, std::memory_order_relaxed);
-            transfer_list& t = transfer_[c];
-            if (count * 8 >= info.batch && count <= info.cache_max && t.n < transfer_slots &&
-                transfer_bytes_.load(std::memory_order_relaxed) + count * info.size <= transfer_limit) {
-                t.head[t.n] = list;
-                t.count[t.n] = static_cast<std::uint32_t>(count);
-                ++t.n;
-                transfer_bytes_.fetch_add(count * info.size, std::memory_order_relaxed);
-                return;
-            }
+            if (park(c, list, count)) return;
             give_blocks(c, list);
         }
         for (std::size_t d = 0; d < heap_class_count && spare_bytes_.load(std::memory_order_relaxed) > spare_limit(); ++d) {
@@ -142,11 +133,15 @@ public:
                                              std::memory_order_relaxed));
         return n + 1 > heap_table.info[c].batch ? remote_push::pushed_long : remote_push::pushed;
     }
-    /// \effects returns class `c`'s remote stack to its spans (give_one said it is long), and the block
-    /// `refused` (when not null) that give_one refused. Never allocates.
+    /// \effects takes class `c`'s remote stack (give_one said it is long): kept whole as a transfer list
+    /// while there is room (the next refill of a batch takes it; no block is walked under the lock), else
+    /// returned to its spans; and gives back the block `refused` (when not null) that give_one refused.
+    /// Never allocates.
     void drain_remote_now(std::size_t c, heap_block* refused = nullptr) noexcept {
         std::lock_guard<std::mutex> lock(class_mutex_[c]);
-        drain_remote(c);
+        const std::uintptr_t w = remote_[c].word.exchange(0, std::memory_order_acquire);
+        if (heap_block* list = remote_head(w))
+            if (!park(c, list, remote_count(w))) give_blocks(c, list);
         if (refused) {
             refused->next = nullptr;
             give_blocks(c, refused);
@@ -218,6 +213,20 @@ private:
     static constexpr std::size_t spare_floor = std::size_t(256) << 10;
     static constexpr std::size_t span_buckets = 8; // span sizes 64 KiB .. 8 MiB
 
+    // Under class c's lock: keeps the list of `count` blocks whole as a transfer list when it is an eighth
+    // of a batch or more, fits one thread's list, and there is room. \returns whether it did.
+    bool park(std::size_t c, heap_block* list, std::size_t count) noexcept {
+        const heap_class_info& info = heap_table.info[c];
+        transfer_list& t = transfer_[c];
+        if (count * 8 < info.batch || count > info.cache_max || t.n == transfer_slots ||
+            transfer_bytes_.load(std::memory_order_relaxed) + count * info.size > transfer_limit)
+            return false;
+        t.head[t.n] = list;
+        t.count[t.n] = static_cast<std::uint32_t>(count);
+        ++t.n;
+        transfer_bytes_.fetch_add(count * info.size, std::memory_order_relaxed);
+        return true;
+    }
     // Under class c's lock: the remote stack's and the transfer lists' blocks back to their spans.
     void return_parked(std::size_t c) noexcept {
         drain_remote(c);
