@@ -49,6 +49,8 @@
 #include <vector>
 
 #include <dlfcn.h>
+#include <pthread.h>
+#include <sched.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -400,6 +402,57 @@ struct larson {
 };
 
 // --- The harness -------------------------------------------------------------------------------------
+
+// The machine's phase: ns per round trip of one cache line between two threads pinned to the first two
+// CPUs this process may use (20000 round trips), or 0 with fewer than two. On this project's 2-core VM it
+// is 80-95 ns in one phase and 390-420 ns in another (the host places the virtual CPUs apart), and every
+// cross-thread workload slows with it (docs/heap.md): the counter says which phase a round ran in.
+double line_round_trip_ns() {
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return 0;
+    int cpu[2] = {-1, -1};
+    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; ++c)
+        if (CPU_ISSET(c, &mine)) cpu[k++] = c;
+    if (cpu[1] < 0) return 0;
+    const auto pin = [](int c) {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(c, &one);
+        return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
+    };
+    constexpr int trips = 20000;
+    alignas(64) std::atomic<int> line{0};
+    std::atomic<bool> ready{false}, pinned{true};
+    std::thread other([&] {
+        pinned = pin(cpu[1]);
+        ready = true;
+        if (!pinned) return;
+        for (int i = 0; i < trips; ++i) {
+            while (line.load(std::memory_order_acquire) != 2 * i + 1) NUMAPLACE_WL_PAUSE();
+            line.store(2 * i + 2, std::memory_order_release);
+        }
+    });
+    while (!ready) std::this_thread::yield();
+    double ns = 0;
+    if (pinned && pin(cpu[0])) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < trips; ++i) {
+            line.store(2 * i + 1, std::memory_order_release);
+            while (line.load(std::memory_order_acquire) != 2 * i + 2) NUMAPLACE_WL_PAUSE();
+        }
+        ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() / trips;
+    } else if (pinned) { // this thread could not be pinned: let the other one finish alone
+        for (int i = 0; i < trips; ++i) {
+            line.store(2 * i + 1, std::memory_order_release);
+            while (line.load(std::memory_order_acquire) != 2 * i + 2) NUMAPLACE_WL_PAUSE();
+        }
+        ns = 0;
+    }
+    other.join();
+    ::sched_setaffinity(0, sizeof mine, &mine); // as before, for the workload's threads
+    return ns;
+}
 template <class W, class F>
 void BM_Workload(benchmark::State& state) {
     { // first use outside the measurement (numaplace: topology, heap; malloc: its arenas)
@@ -410,6 +463,7 @@ void BM_Workload(benchmark::State& state) {
         a.deallocate(p, 64);
     }
     double peak = 0, fin = 0, decayed = 0, released = 0, ops = 0, start = 0;
+    const double trip_before = line_round_trip_ns();
     bool hwm_ok = true;
     if (F::is_numaplace && g_decay_ms > 0) numaplace::background_release(std::chrono::milliseconds(100));
     for (auto _ : state) {
@@ -441,6 +495,7 @@ void BM_Workload(benchmark::State& state) {
     state.counters["released_rss_mib"] = released;
     state.counters["release_called"] = (F::is_numaplace && have_release) ? 1 : 0;
     if (F::is_numaplace && g_decay_ms > 0) numaplace::background_release(std::chrono::milliseconds(0));
+    state.counters["line_round_trip_ns"] = std::max(trip_before, line_round_trip_ns()); // before and after: the slower
     state.counters["ops"] = ops;
     state.counters["scale"] = g_scale;
     state.SetItemsProcessed(static_cast<std::int64_t>(ops * static_cast<double>(state.iterations())));

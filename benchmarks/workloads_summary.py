@@ -7,6 +7,9 @@ numaplace::release_cached_memory() where the library has it). Then numaplace aga
 the fastest peer (glibc, jemalloc, mimalloc, tbbmalloc), as speed ratios (> 1: numaplace is faster), and
 the targets: speed >= 0.8x glibc, >= 0.5x the best peer (within 2x), peak RSS <= 1.3x glibc's, final
 RSS (after the decay / the release call where measured) within 8 MiB of the start.
+Each round's `line_round_trip_ns` (a cache line between two pinned threads, before and after the
+workload, the slower) tells the VM's phase: rounds above SLOW_NS ran while the host had placed the two
+virtual CPUs apart (docs/heap.md); the tables count them per allocator.
 Usage: workloads_summary.py OUT_DIR
 """
 import glob
@@ -22,6 +25,7 @@ ORDER = ["work_buffers", "vector_growth", "map", "producer_consumer", "producer_
          "fragmentation", "larson"]
 UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # What the binary should see as malloc in each allocator's process (its JSON context "malloc").
+SLOW_NS = 200.0  # a line round trip above this: the slow phase (fast 80-95 ns, slow 390-420 on this VM)
 EXPECTED_MALLOC = {"glibc": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc", "tbbmalloc": "tbbmalloc",
                    "numaplace": "glibc"}
 
@@ -64,6 +68,7 @@ def load(out):
                 "decayed": decayed if decayed is not None else float("nan"),
                 "released": released if released is not None else float("nan"),
                 "measured_after": decayed is not None or released is not None,
+                "slow": b.get("line_round_trip_ns", 0.0) > SLOW_NS,
             })
     return runs, warnings, scales
 
@@ -94,14 +99,15 @@ def main(argv):
         med_of = {}
         print("%s   (medians over rounds; RSS in MiB above the start: at the peak, after freeing, after the "
               "decay with no call, after release_cached_memory)" % w)
-        print("  %-10s %9s %9s %9s %9s %9s %7s" % ("allocator", "time s", "peak", "final", "decayed", "released", "rounds"))
+        print("  %-10s %9s %9s %9s %9s %9s %7s %5s" % ("allocator", "time s", "peak", "final", "decayed", "released", "rounds", "slow"))
         for a in ALLOCATORS:
             v = runs.get((w, a))
             if not v:
                 continue
             med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after", "decayed", "released")}
             cells = ["%9s" % "-" if med_of[a][k] != med_of[a][k] else "%9.1f" % med_of[a][k] for k in ("decayed", "released")]
-            print("  %-10s %9.3f %9.1f %9.1f %s %s %7d" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], cells[0], cells[1], len(v)))
+            print("  %-10s %9.3f %9.1f %9.1f %s %s %7d %5d" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], cells[0], cells[1],
+                                                          len(v), sum(1 for x in v if x["slow"])))
         np, gl = med_of.get("numaplace"), med_of.get("glibc")
         peers = [(med_of[p]["time"], p) for p in PEERS if p in med_of]
         if not np or not gl:
