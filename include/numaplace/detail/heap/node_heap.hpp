@@ -51,6 +51,7 @@ public:
     node_heap(int node, heap_source source)
         : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always") {
         init_gate();
+        runs_.count_huge_fill(huge_align_);
     }
     node_heap(const node_heap&) = delete;
     node_heap& operator=(const node_heap&) = delete;

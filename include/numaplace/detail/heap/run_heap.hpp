@@ -146,6 +146,14 @@ public:
             if (regions_[k]->used == 0) unmap_region(regions_[k]);
     }
 
+    /// \effects says whether the kernel may fault in huge pages over this heap's runs (THP `always`): a
+    /// huge page over a block makes free pages beside it resident, so a large run's carve then counts
+    /// the free part after it too (docs/heap.md: vector growth at the bound's edge).
+    void count_huge_fill(bool on) noexcept {
+        std::lock_guard<std::mutex> lock(mutex_);
+        huge_fill_ = on;
+    }
+
     /// \returns the bytes of runs handed out (thread caches included).
     std::size_t bytes_in_use() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -267,20 +275,28 @@ private:
         if (r->used == 0) --empty_regions_;
         // How many resident pages the part before and the run itself take: all or none when the free
         // run is all dirty or all clean, else counted (mincore) or estimated (below).
-        std::size_t before = 0, mine = 0;
-        if (dirty == len) before = a - i, mine = pages;
-        else if (dirty != 0 && pages > bin_max) { // a large run: counted (a syscall, for a block of MiBs)
-            before = resident(r->page_at(i), a - i);
-            mine = resident(r->page_at(a), pages);
-            if (before > dirty) before = dirty;
-            if (before + mine > dirty) mine = dirty - before; // pages freed untouched: counted as resident
-        } else if (dirty != 0) { // else as if the resident pages were the run's first ones (carved and
-            before = dirty < a - i ? dirty : a - i; // freed lowest address first), the sum kept
+        const std::size_t after_len = i + len - (a + pages);
+        std::size_t before = 0, mine = 0, after = 0;
+        bool counted = false;
+        if (dirty == len) before = a - i, mine = pages, after = after_len, counted = true;
+        else if (dirty != 0 && pages > bin_max) { // a large run: counted (syscalls, for a block of MiBs)
+            counted = count_resident(r->page_at(i), a - i, before) && count_resident(r->page_at(a), pages, mine);
+            if (counted && huge_fill_) // the part after too: a huge page over a neighbouring block made
+                counted = count_resident(r->page_at(a + pages), after_len, after); // free pages resident
+            else if (counted) { // pages freed untouched: counted as resident
+                if (before > dirty) before = dirty;
+                if (before + mine > dirty) mine = dirty - before;
+                after = dirty - before - mine;
+            }
+        }
+        if (dirty != 0 && !counted) { // else as if the resident pages were the run's first ones (carved
+            before = dirty < a - i ? dirty : a - i; // and freed lowest address first), the sum kept
             mine = dirty - before < pages ? dirty - before : pages;
+            after = dirty - before - mine;
         }
         if (a > i) set_free(r, i, a - i, before, stamp); // the parts before and after stay free
         set_run(r, a, pages, run_state_used);
-        if (a + pages < i + len) set_free(r, a + pages, i + len - (a + pages), dirty - before - mine, stamp);
+        if (after_len != 0) set_free(r, a + pages, after_len, after, stamp);
         clean = pages - mine;
         r->used += static_cast<std::uint32_t>(pages);
         used_pages_ += pages;
@@ -368,17 +384,19 @@ private:
             bin_insert(m);
         });
     }
-    // \returns how many of the `pages` pages at `p` are resident (all, when mincore fails).
-    static std::size_t resident(char* p, std::size_t pages) noexcept {
+    // Counts in `n` how many of the `pages` pages at `p` are resident. \returns false when mincore
+    // refuses (`n` unchanged).
+    static bool count_resident(char* p, std::size_t pages, std::size_t& n) noexcept {
         unsigned char vec[1024];
-        std::size_t n = 0;
+        std::size_t count = 0;
         for (std::size_t done = 0; done < pages;) {
             const std::size_t k = pages - done < sizeof vec ? pages - done : sizeof vec;
-            if (os_resident(p + done * page_size(), k * page_size(), vec) != 0) return pages;
-            for (std::size_t j = 0; j < k; ++j) n += vec[j] & 1;
+            if (os_resident(p + done * page_size(), k * page_size(), vec) != 0) return false;
+            for (std::size_t j = 0; j < k; ++j) count += vec[j] & 1;
             done += k;
         }
-        return n;
+        n = count;
+        return true;
     }
     // Calls f on every dirty free run; f may make the run clean (the next is taken first; free runs
     // are never neighbours, so f never touches the next).
@@ -400,6 +418,7 @@ private:
     std::size_t peak_ = 0, prev_peak_ = 0;            // pages in use at most, this decay period and the last
     std::uint32_t window_start_ = 0, last_decay_ = 0; // ms (truncated)
     std::vector<run_region*> regions_;                // sorted
+    bool huge_fill_ = false;                          // THP `always`: see count_huge_fill
 };
 
 } // namespace detail
