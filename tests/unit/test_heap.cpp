@@ -1036,11 +1036,19 @@ TEST(heap, a_large_request_gives_back_the_threads_cached_runs_first) {
         a.deallocate(q, half);
         char* r = a.allocate(half);
         if (r != q) return 6;
-        a.deallocate(r, half);
+        a.deallocate(r, half); // cached again
+        const std::size_t with_half = tc->cached_bytes();
+        char* m = a.allocate(mib); // exactly 1 MiB: a run, not large
+        if (tc->cached_bytes() != with_half) return 7;
+        char* l = a.allocate(mib + 1); // one byte more: large, the cached half goes back
+        if (tc->cached_bytes() != with_half - half) return 8;
+        a.deallocate(l, mib + 1);
+        a.deallocate(m, mib);
         return 0;
     });
     EXPECT_EQ(code, 0) << "1/2/3: freed runs not cached by the thread, 4/5: a large request left them there, "
-                          "6: a run freed and asked for again was not the same run";
+                          "6: a run freed and asked for again was not the same run, 7: a 1 MiB request gave "
+                          "them back, 8: a request of 1 MiB + 1 byte did not";
 }
 
 TEST(heap, cached_large_blocks_are_bounded_and_decay) {
