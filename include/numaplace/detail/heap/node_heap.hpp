@@ -49,9 +49,8 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
 class node_heap {
 public:
     node_heap(int node, heap_source source)
-        : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always") {
+        : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"), runs_(huge_align_) {
         init_gate();
-        runs_.count_huge_fill(huge_align_);
     }
     node_heap(const node_heap&) = delete;
     node_heap& operator=(const node_heap&) = delete;

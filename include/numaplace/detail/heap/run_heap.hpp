@@ -54,6 +54,7 @@ struct run_region {
     std::uint32_t pages; ///< pages of the region
     std::uint32_t first; ///< first page after the header (the metadata)
     std::uint32_t used;  ///< pages in runs handed out
+    std::uint32_t reach; ///< the end of the furthest run ever handed out (no page beyond was touched)
     bool bound;          ///< the heap's policy is in force on it
     run_meta* meta() noexcept { return reinterpret_cast<run_meta*>(reinterpret_cast<char*>(this) + run_header); }
     char* page_at(std::size_t i) noexcept { return reinterpret_cast<char*>(this) + i * page_size(); }
@@ -68,6 +69,11 @@ inline run_region* run_region_of(const void* p) noexcept {
 /// The page runs of one node heap, under one mutex.
 class run_heap {
 public:
+    /// `huge_fill`: the kernel may fault in huge pages over these runs (THP `always`): a huge page over
+    /// a block makes free pages beside it resident, so a large run's carve counts the free part after
+    /// it too (docs/heap.md: vector growth at the bound's edge).
+    explicit run_heap(bool huge_fill) noexcept : huge_fill_(huge_fill) {}
+
     /// \effects hands out one run of `pages` pages starting at a multiple of `align` pages (a power of
     /// two; 1: any page): a dirty free run if one fits, else a clean one, else from a new region,
     /// `map(run_region_bytes, size, bound)` (`size`: the run's bytes, for messages; `bound`: set to
@@ -144,14 +150,6 @@ public:
         purge_where([](const run_meta*) { return true; });
         for (std::size_t k = regions_.size(); k-- > 0;)
             if (regions_[k]->used == 0) unmap_region(regions_[k]);
-    }
-
-    /// \effects says whether the kernel may fault in huge pages over this heap's runs (THP `always`): a
-    /// huge page over a block makes free pages beside it resident, so a large run's carve then counts
-    /// the free part after it too (docs/heap.md: vector growth at the bound's edge).
-    void count_huge_fill(bool on) noexcept {
-        std::lock_guard<std::mutex> lock(mutex_);
-        huge_fill_ = on;
     }
 
     /// \returns the bytes of runs handed out (thread caches included).
@@ -242,6 +240,7 @@ private:
         r->pages = static_cast<std::uint32_t>(run_region_bytes / page);
         r->first = static_cast<std::uint32_t>((run_header + r->pages * sizeof(run_meta) + page - 1) / page);
         r->used = 0;
+        r->reach = r->first;
         r->bound = bound;
         set_free(r, r->first, r->pages - r->first, 0, clock());
         ++empty_regions_;
@@ -280,9 +279,10 @@ private:
         bool counted = false;
         if (dirty == len) before = a - i, mine = pages, after = after_len, counted = true;
         else if (dirty != 0 && pages > bin_max) { // a large run: counted (syscalls, for a block of MiBs)
-            counted = count_resident(r->page_at(i), a - i, before) && count_resident(r->page_at(a), pages, mine);
+            counted = count_resident(r->page_at(i), touched_pages(r, i, a - i), before) &&
+                      count_resident(r->page_at(a), touched_pages(r, a, pages), mine);
             if (counted && huge_fill_) // the part after too: a huge page over a neighbouring block made
-                counted = count_resident(r->page_at(a + pages), after_len, after); // free pages resident
+                counted = count_resident(r->page_at(a + pages), touched_pages(r, a + pages, after_len), after); // its free pages resident
             else if (counted) { // pages freed untouched: counted as resident
                 if (before > dirty) before = dirty;
                 if (before + mine > dirty) mine = dirty - before;
@@ -296,6 +296,7 @@ private:
         }
         if (a > i) set_free(r, i, a - i, before, stamp); // the parts before and after stay free
         set_run(r, a, pages, run_state_used);
+        if (a + pages > r->reach) r->reach = static_cast<std::uint32_t>(a + pages);
         if (after_len != 0) set_free(r, a + pages, after_len, after, stamp);
         clean = pages - mine;
         r->used += static_cast<std::uint32_t>(pages);
@@ -383,6 +384,13 @@ private:
             m->dirty = 0;
             bin_insert(m);
         });
+    }
+    // \returns how many of the `len` pages from page `from` of `r` may be resident: those below its reach,
+    // rounded up to a huge page (a huge page faulted in over the furthest run fills the rest of it).
+    static std::size_t touched_pages(const run_region* r, std::size_t from, std::size_t len) noexcept {
+        const std::size_t huge = huge_page_size() / page_size();
+        const std::size_t end = (r->reach + huge - 1) / huge * huge;
+        return end <= from ? 0 : end - from < len ? end - from : len;
     }
     // Counts in `n` how many of the `pages` pages at `p` are resident. \returns false when mincore
     // refuses (`n` unchanged).

@@ -125,13 +125,7 @@ public:
     /// runs of sizes not asked for again would otherwise stay resident beside the fresh pages of the
     /// large block; back in the heap they coalesce and may serve it (docs/heap.md). Never allocates.
     void give_runs(std::size_t heap) noexcept {
-        if (run_bytes_ == 0 || lists_[heap] == nullptr) return;
-        std::uint64_t* marks = &run_marks_[heap * run_words];
-        for (std::size_t w = 0; w < run_words; ++w) {
-            for (std::uint64_t bits = marks[w]; bits != 0; bits &= bits - 1)
-                trim(heap, heap_class_count + w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits)), 0);
-            marks[w] = 0;
-        }
+        if (run_bytes_ != 0 && lists_[heap] != nullptr) evict_heap(heap, heap_no_slot, 0);
     }
 
     /// \returns the bytes this thread caches now, and the most it may cache (its budget at its last refill).
@@ -221,11 +215,12 @@ private:
         const std::size_t i = slot - heap_class_count;
         if (in) run_marks_[heap * run_words + i / 64] |= std::uint64_t(1) << (i % 64);
     }
-    // Gives back heap `heap`'s cached runs but slot `keep`'s, longest first, while over the run budget.
-    void evict_heap(std::size_t heap, std::size_t keep) noexcept {
+    // Gives back heap `heap`'s cached runs but slot `keep`'s, longest first, while this thread caches
+    // more than `bound` bytes of runs.
+    void evict_heap(std::size_t heap, std::size_t keep, std::size_t bound) noexcept {
         std::uint64_t* marks = &run_marks_[heap * run_words];
-        for (std::size_t w = run_words; w-- > 0 && run_bytes_ > run_budget;)
-            for (std::uint64_t bits = marks[w]; bits != 0 && run_bytes_ > run_budget;) {
+        for (std::size_t w = run_words; w-- > 0 && run_bytes_ > bound;)
+            for (std::uint64_t bits = marks[w]; bits != 0 && run_bytes_ > bound;) {
                 const std::size_t b = 63 - static_cast<std::size_t>(__builtin_clzll(bits));
                 bits &= ~(std::uint64_t(1) << b);
                 const std::size_t slot = heap_class_count + w * 64 + b;
@@ -238,9 +233,9 @@ private:
     // cached runs, longest first (this heap's, then other heaps'), then all but one of `keep`'s (the
     // newest stays: the next request of its size finds it).
     void evict_runs(std::size_t heap, std::size_t keep) noexcept {
-        evict_heap(heap, keep);
+        evict_heap(heap, keep, run_budget);
         for (std::size_t h = 0; h < count_ && run_bytes_ > run_budget; ++h)
-            if (h != heap && lists_[h]) evict_heap(h, heap_no_slot);
+            if (h != heap && lists_[h]) evict_heap(h, heap_no_slot, run_budget);
         if (run_bytes_ > run_budget) trim(heap, keep, 1);
     }
     // Over budget: gives back this heap's runs, longest first, then its classes, largest first, until
