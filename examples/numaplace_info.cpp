@@ -112,6 +112,7 @@ std::string json_numbers(const Range& r) {
 
 void print_json(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
     const auto& caps = topo.capabilities();
+    const std::size_t shards = numaplace::heap_shards(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
     os << "{\n  \"nodes\": [";
     bool first = true;
     for (const auto& n : topo.nodes()) {
@@ -144,6 +145,7 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
        << ", \"transparent_huge_pages\": " << json_string(caps.thp) << ", \"numa_balancing\": " << caps.numa_balancing
        << ", \"topology_readable\": " << json_bool(topology_readable())
        << ", \"topology_backend\": " << json_string(topology_backend(topo))
+       << "},\n  \"heap\": {\"shards\": " << shards
        << "},\n  \"degradations\": {\"count\": " << numaplace::degradation_count() << ", \"messages\": [";
     first = true;
     for (const auto& m : numaplace::degradations()) {
@@ -188,7 +190,9 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
 }
 
 void print_text(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
+    const std::size_t shards = numaplace::heap_shards(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
     numaplace::print_report(os, topo);
+    os << "heap shards per node:        " << shards << (shards == 1 ? " (NUMAPLACE_HEAP_SHARDS: 1 to 16)" : " (NUMAPLACE_HEAP_SHARDS)") << '\n';
     os << "topology readable:           "
        << (topology_readable() ? "yes (hwloc backend " + topology_backend(topo) + ")"
                                : "NO (hwloc backend " + topology_backend(topo) +

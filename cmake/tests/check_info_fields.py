@@ -37,6 +37,7 @@ TEXT_TO_JSON = {
                                  "memory_tiers[].unknown"],
     "degradations so far": ["degradations.count", "degradations.messages"],
     "topology readable": ["capabilities.topology_readable", "capabilities.topology_backend"],
+    "heap shards per node": ["heap.shards"],
     "memory per node (numactl -H)": [],
     "node N size": ["nodes[].memory_total_bytes", "nodes[].memory_free_bytes"],
     "oneTBB interface version": ["tbb.interface_version"],

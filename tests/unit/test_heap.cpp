@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <mutex>
@@ -1390,6 +1391,124 @@ TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release
     });
     EXPECT_EQ(code, 0) << "2/12: nothing parked (or over 1 MiB), 3/13: a refill did not get the freed blocks, "
                           "5/15: release_cached_memory kept them (1x: transfer lists, 1xx: remote stacks)";
+}
+
+TEST(heap, the_shard_count_from_the_environment_takes_1_to_16_and_refuses_anything_else) {
+    std::string why;
+    EXPECT_EQ(detail::heap_registry::shards_from(nullptr, why), 1u);
+    EXPECT_TRUE(why.empty());
+    for (const auto& good : std::vector<std::pair<const char*, std::size_t>>{{"1", 1}, {"2", 2}, {"16", 16}, {"016", 16}}) {
+        EXPECT_EQ(detail::heap_registry::shards_from(good.first, why), good.second) << good.first;
+        EXPECT_TRUE(why.empty()) << good.first << ": " << why;
+    }
+    for (const char* bad : {"0", "17", "", "x", "4x", " 4", "+4", "-1", "4 ", "18446744073709551617", "99999999999999999999999"}) {
+        EXPECT_EQ(detail::heap_registry::shards_from(bad, why), 1u) << bad;
+        EXPECT_NE(why.find(std::string("NUMAPLACE_HEAP_SHARDS=\"") + bad + "\""), std::string::npos) << why;
+    }
+    // a process started with a bad value: one shard, and the refusal in the degradation log
+    const auto body = [](std::size_t, std::size_t) {
+        if (std::getenv("NUMAPLACE_HEAP_SHARDS") == nullptr) return 1;
+        const std::size_t before = degradation_count();
+        if (heap_shards() != 1) return 2;
+        if (degradation_count() != before + 1) return 3;
+        const auto log = degradations();
+        return std::any_of(log.begin(), log.end(), [](const std::string& m) { return m.find("NUMAPLACE_HEAP_SHARDS=\"0\"") != std::string::npos; }) ? 0 : 4;
+    };
+    ::setenv("NUMAPLACE_HEAP_SHARDS", "0", 1);
+    const int code = run_rss_child(body);
+    ::unsetenv("NUMAPLACE_HEAP_SHARDS");
+    EXPECT_EQ(code, 0) << "2: not one shard, 3/4: the refusal not recorded";
+}
+
+// Runs `f` in a new thread whose cache takes span blocks from shard `k` (threads get shards in turn:
+// at most heap_shards() threads are made). \returns whether one did.
+static bool in_shard(std::size_t k, const std::function<void()>& f) {
+    for (std::size_t tries = 0; tries < heap_shards(); ++tries) {
+        bool ran = false;
+        std::thread t([&] {
+            if (detail::thread_cache::get()->shard() != k) return;
+            f();
+            ran = true;
+        });
+        t.join();
+        if (ran) return true;
+    }
+    return false;
+}
+
+TEST(heap, with_shards_each_thread_takes_from_its_own_and_every_block_goes_back_to_its_spans_shard) {
+    const auto body = [](std::size_t, std::size_t) {
+        if (heap_shards() != 4) return 1;
+        node_allocator<char> a(0);
+        const std::size_t size = 16, n = 100; // batches of 128: 100 blocks stay on a remote stack
+        const auto shard_of = [](void* p) { return detail::heap_span_of(p, detail::heap_class_of(16))->shard; };
+        // a thread of each shard: every block it gets is from a span of its shard
+        std::vector<std::vector<char*>> made(4);
+        for (std::size_t k = 0; k < 4; ++k) {
+            bool own = true;
+            if (!in_shard(k, [&] {
+                    for (std::size_t i = 0; i < 1000; ++i) {
+                        char* p = a.allocate(size);
+                        own = own && shard_of(p) == k;
+                        if (i < 2 * n) made[k].push_back(p);
+                        else a.deallocate(p, size);
+                    }
+                }))
+                return 2;
+            if (!own) return 3;
+        }
+        // shard 1's blocks freed by a thread without a cache (a remote stack): the next refill in
+        // shard 1 takes exactly them; one in shard 2 none of them
+        std::thread([&] {
+            for (std::size_t i = 0; i < n; ++i) a.deallocate(made[1][i], size);
+        }).join();
+        const std::set<char*> freed(made[1].begin(), made[1].begin() + n);
+        std::size_t from_freed = 0;
+        if (!in_shard(2, [&] {
+                char* p = a.allocate(size);
+                from_freed += freed.count(p) + (shard_of(p) == 2 ? 0 : 1000);
+                a.deallocate(p, size);
+            }))
+            return 4;
+        if (from_freed != 0) return 5;
+        if (!in_shard(1, [&] {
+                for (std::size_t i = 0; i < n; ++i) from_freed += freed.count(a.allocate(size)); // leaked: a test
+            }))
+            return 6;
+        if (from_freed != n) return 7;
+        // a thread of shard 3 frees 64 of its shard's blocks and 64 of shard 0's into its cache list (the
+        // newest first), then gives the list back (a transfer list, kept whole, when it is one shard's): each block goes to its own shard, so the next refills of shards 3 and 0 hand
+        // out only their own spans' blocks, the freed ones first
+        bool mixed_ok = true;
+        if (!in_shard(3, [&] {
+                detail::heap_registry::release_free(); // nothing parked: the refill below is a batch from spans
+                a.deallocate(a.allocate(size), size); // its cache list: 128 blocks, room for 128 more
+                for (std::size_t i = 0; i < 64; ++i) a.deallocate(made[3][i], size);
+                for (std::size_t i = 0; i < 64; ++i) a.deallocate(made[0][i], size);
+                detail::thread_cache::current()->flush_all();
+            }))
+            return 8;
+        for (const std::size_t k : {std::size_t(3), std::size_t(0)}) {
+            const std::set<char*> back(made[k].begin(), made[k].begin() + 64);
+            if (!in_shard(k, [&] {
+                    std::size_t got = 0;
+                    for (std::size_t i = 0; i < 64; ++i) {
+                        char* p = a.allocate(size);
+                        got += back.count(p);
+                        mixed_ok = mixed_ok && shard_of(p) == k;
+                    }
+                    mixed_ok = mixed_ok && got == 64;
+                }))
+                return 9;
+        }
+        return mixed_ok ? 0 : 10;
+    };
+    ::setenv("NUMAPLACE_HEAP_SHARDS", "4", 1);
+    const int code = run_rss_child(body);
+    ::unsetenv("NUMAPLACE_HEAP_SHARDS");
+    EXPECT_EQ(code, 0) << "1: not 4 shards, 2/4/6/8/9: no thread of the shard, 3: a block from another shard's span, "
+                          "5: shard 2 got shard 1's freed blocks, 7: shard 1's refill did not take them, "
+                          "10: a list of two shards' blocks went back to one";
 }
 
 TEST(heap, many_threads_share_the_cache_budget) {

@@ -19,6 +19,8 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <string>
 
 #include <pthread.h>
@@ -45,20 +47,30 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
     return static_cast<std::size_t>(node) * heap_sources + source.index();
 }
 
-/// The central heap of one node and source.
+/// Span heaps a node heap may be split into (NUMAPLACE_HEAP_SHARDS, see heap_registry).
+constexpr std::size_t heap_shards_max = 16;
+
+/// The central heap of one node and source. Its span classes are `shards` span heaps: a thread takes
+/// its blocks from one (thread_cache: threads in turn), a block goes back to its span's, so threads of
+/// different shards share no lock, list or span (faster with many threads freeing each other's blocks,
+/// at more memory: docs/heap.md). Page runs and large blocks are the node heap's alone.
 class node_heap {
 public:
-    node_heap(int node, heap_source source)
-        : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"), runs_(huge_align_) {
+    /// `shards`: 1 to heap_shards_max.
+    node_heap(int node, heap_source source, std::size_t shards = 1)
+        : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"),
+          shards_(shards), spans_(new span_heap[shards]), runs_(huge_align_) {
         init_gate();
+        for (std::size_t k = 0; k < shards_; ++k) spans_[k].set_shard(static_cast<std::uint8_t>(k));
     }
     node_heap(const node_heap&) = delete;
     node_heap& operator=(const node_heap&) = delete;
 
-    /// \effects hands out up to `want` (>= 1) blocks of slot `slot` (see heap_slot) as a list in `head`.
+    /// \effects hands out up to `want` (>= 1) blocks of slot `slot` (see heap_slot) as a list in `head`,
+    /// span blocks from shard `shard` (< shards()).
     /// \returns how many (at least one). \throws placement_error when new memory is needed and cannot
     /// be had (no memory on the node; a strict heap whose binding the kernel refuses).
-    std::size_t take(std::size_t slot, std::size_t want, heap_block*& head) {
+    std::size_t take(std::size_t slot, std::size_t want, heap_block*& head, std::size_t shard = 0) {
         gate_pass pass(fork_gate_);
         if (slot >= heap_class_count) { // runs are handed out one at a time
             const std::size_t pages = slot - heap_class_count;
@@ -68,7 +80,7 @@ public:
             return 1;
         }
         const auto map = [this](std::size_t bytes, std::size_t size, bool& bound) { return map_bound(bytes, size, bound); };
-        return spans_.take(slot, want, head, map);
+        return spans_[shard].take(slot, want, head, map);
     }
 
     /// \effects takes back a null-terminated list of `count` blocks of slot `slot`; memory left empty
@@ -83,7 +95,8 @@ public:
             }
             return;
         }
-        spans_.give(slot, list, count);
+        if (shards_ == 1) return spans_[0].give(slot, list, count);
+        give_to_shards(slot, list, count);
     }
 
     /// \effects takes back one block of slot `slot` freed by a thread that caches none of this heap: a
@@ -94,10 +107,11 @@ public:
             gate_pass pass(fork_gate_);
             return give_run(b, slot - heap_class_count);
         }
-        const span_heap::remote_push pushed = spans_.give_one(slot, b); // lock-free: no gate
+        span_heap& spans = spans_[shards_ == 1 ? 0 : heap_span_of(b, slot)->shard];
+        const span_heap::remote_push pushed = spans.give_one(slot, b); // lock-free: no gate
         if (pushed == span_heap::remote_push::pushed) return;
         gate_pass pass(fork_gate_);
-        spans_.drain_remote_now(slot, pushed == span_heap::remote_push::refused ? b : nullptr);
+        spans.drain_remote_now(slot, pushed == span_heap::remote_push::refused ? b : nullptr);
     }
 
     /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to
@@ -145,7 +159,7 @@ public:
     /// regions and spans, the cached large blocks. Never allocates.
     void release_free() noexcept {
         gate_pass pass(fork_gate_);
-        spans_.release_all();
+        for (std::size_t k = 0; k < shards_; ++k) spans_[k].release_all();
         runs_.release_all();
         large_.release_all();
     }
@@ -154,7 +168,7 @@ public:
     /// span heap's decay runs only here). Never allocates.
     void decay_now() noexcept {
         gate_pass pass(fork_gate_);
-        spans_.decay_now();
+        for (std::size_t k = 0; k < shards_; ++k) spans_[k].decay_now();
         runs_.decay_now();
         large_.decay_now();
     }
@@ -177,7 +191,13 @@ public:
 
     /// \returns the bytes of span blocks freed but not in their spans: transfer lists (given back whole
     /// by thread caches) and remote stacks (freed by threads without a cache list).
-    std::size_t parked_bytes() noexcept { return spans_.parked_bytes(); }
+    std::size_t parked_bytes() noexcept {
+        std::size_t n = 0;
+        for (std::size_t k = 0; k < shards_; ++k) n += spans_[k].parked_bytes();
+        return n;
+    }
+    /// \returns the span heaps this heap is split into.
+    std::size_t shards() const noexcept { return shards_; }
     /// \returns the bytes of page runs handed out (thread caches included).
     std::size_t run_bytes_in_use() noexcept { return runs_.bytes_in_use(); }
     /// \returns the bytes of free page runs whose pages may be resident.
@@ -186,6 +206,33 @@ public:
     std::size_t run_bytes_mapped() noexcept { return runs_.bytes_mapped(); }
 
 private:
+    // give() with shards: each block back to its span's shard, in the list's order; a list of one
+    // shard's blocks (a thread's own, the common case) whole.
+    void give_to_shards(std::size_t slot, heap_block* list, std::size_t count) noexcept {
+        if (!list) return;
+        const std::uint8_t first = heap_span_of(list, slot)->shard;
+        heap_block* other[heap_shards_max] = {};
+        heap_block** end[heap_shards_max] = {};
+        std::size_t others[heap_shards_max] = {};
+        for (heap_block** at = &list; *at;) {
+            heap_block* b = *at;
+            const std::uint8_t k = heap_span_of(b, slot)->shard;
+            if (k == first) {
+                at = &b->next;
+                continue;
+            }
+            *at = b->next; // onto the end of its shard's list: the order kept, the latest freed first
+            b->next = nullptr;
+            *(others[k] == 0 ? &other[k] : end[k]) = b;
+            end[k] = &b->next;
+            ++others[k];
+            --count;
+        }
+        spans_[first].give(slot, list, count);
+        for (std::size_t k = 0; k < shards_; ++k)
+            if (other[k]) spans_[k].give(slot, other[k], others[k]);
+    }
+
     // \returns a run of `pages` pages at a multiple of `align` pages for a request of `bytes`, its
     // pages that are not resident admitted. When no region can be mapped (the address space limit), a
     // mid-size run is mapped alone and a large block is nullptr (the caller maps it through the class
@@ -321,7 +368,8 @@ private:
     heap_source source_;
     bool huge_align_; // THP `always`: large runs of a huge page or more start on one (docs/heap.md)
     pthread_rwlock_t fork_gate_;
-    span_heap spans_;
+    std::size_t shards_;
+    std::unique_ptr<span_heap[]> spans_;
     run_heap runs_;
     large_cache large_;
 };

@@ -5,6 +5,7 @@
 /// Every node's heaps (one per node and source), made on first use and never destroyed, and their fork
 /// hooks: stage `heap_registry` holds the making lock, stage `heaps` closes every heap's gate.
 
+#include "../../diagnostics.hpp"
 #include "../../topology.hpp"
 #include "../fork.hpp"
 #include "../moved_ranges.hpp"
@@ -12,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 namespace numaplace {
 namespace detail {
@@ -28,6 +31,22 @@ public:
     node_heap& at(std::size_t index) noexcept { return *heaps_[index]; }
     /// \returns the number of heaps.
     std::size_t size() const noexcept { return count_; }
+    /// \returns the span heaps each heap is split into (node_heap): NUMAPLACE_HEAP_SHARDS, else 1.
+    std::size_t shards() const noexcept { return shards_; }
+
+    /// \returns the shards that `value` (NUMAPLACE_HEAP_SHARDS; null: unset) asks for: a whole number
+    /// from 1 to heap_shards_max, digits only; else 1, and `refusal` says why (empty when unset or valid).
+    static std::size_t shards_from(const char* value, std::string& refusal) {
+        refusal.clear();
+        if (value == nullptr) return 1;
+        std::size_t n = 0;
+        const char* c = value;
+        for (; *c >= '0' && *c <= '9' && n <= heap_shards_max; ++c) n = n * 10 + static_cast<std::size_t>(*c - '0');
+        if (c != value && *c == '\0' && n >= 1 && n <= heap_shards_max) return n;
+        refusal = "NUMAPLACE_HEAP_SHARDS=\"" + std::string(value) + "\" is not a whole number from 1 to " +
+                  std::to_string(heap_shards_max) + ": the heaps use 1 shard";
+        return 1;
+    }
 
     /// \effects gives the free pages of every heap back to the kernel (nothing when no heap was made):
     /// see node_heap::release_free. Never allocates.
@@ -66,9 +85,12 @@ public:
 
 private:
     explicit heap_registry(std::size_t nodes) : count_(nodes * heap_sources) {
+        std::string refusal;
+        shards_ = shards_from(std::getenv("NUMAPLACE_HEAP_SHARDS"), refusal);
+        if (!refusal.empty()) degradation_log::instance().record(refusal);
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i)
-            heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources));
+            heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources), shards_);
     }
     // The registry's making lock is held from prepare to parent/child: peek() is the same as in prepare.
     static void reopen_gates(bool child) noexcept {
@@ -77,6 +99,7 @@ private:
     }
 
     std::size_t count_;
+    std::size_t shards_ = 1;
     node_heap** heaps_;
 };
 

@@ -32,6 +32,7 @@ struct heap_span {
     bool listed; ///< in its class's list of spans with blocks to give
     bool bound;  ///< the heap's policy is in force on it
     bool spare;  ///< empty, kept listed (counted in the heap's spare bytes)
+    std::uint8_t shard; ///< the span heap of its node heap that made it (node_heap: shards)
 };
 static_assert(sizeof(heap_span) <= heap_span_header, "a span's header fits in its first 64 bytes");
 

@@ -24,6 +24,9 @@ namespace detail {
 /// a second class's mutex (it only tries it).
 class span_heap {
 public:
+    /// \effects records `shard` in every span made from now on (see node_heap). Before the first operation.
+    void set_shard(std::uint8_t shard) noexcept { shard_ = shard; }
+
     /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list in `head`. When no span of
     /// the class has a block left, takes an empty span from the cache, else `map(bytes, size, bound)`:
     /// a new mapping of `bytes` aligned to `bytes` for blocks of `size`, `bound` telling whether the
@@ -372,6 +375,7 @@ private:
         s->listed = false;
         s->bound = bound;
         s->spare = false;
+        s->shard = shard_;
         in_use_ += s->bytes;
         return s;
     }
@@ -388,6 +392,7 @@ private:
     heap_span* cold_[span_buckets] = {};
     std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
     std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
+    std::uint8_t shard_ = 0;
 };
 
 } // namespace detail

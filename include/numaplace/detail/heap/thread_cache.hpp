@@ -41,7 +41,7 @@ public:
         if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
             l.shrink = 0; // allocating again: the whole bound
             budget_ = budget_now();
-            l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head);
+            l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head, shard_);
             counted(heap, slot, l.count * info.size, true);
         }
         heap_block* b = l.head;
@@ -128,6 +128,9 @@ public:
         if (run_bytes_ != 0 && lists_[heap] != nullptr) evict_heap(heap, heap_no_slot, 0);
     }
 
+    /// \returns the shard this thread takes span blocks from (see node_heap).
+    std::size_t shard() const noexcept { return shard_; }
+
     /// \returns the bytes this thread caches now, and the most it may cache (its budget at its last refill).
     std::size_t cached_bytes() const noexcept { return bytes_; }
     std::size_t budget() const noexcept { return budget_; }
@@ -193,7 +196,7 @@ private:
         std::size_t shrink; // the bound is cache_max >> shrink
     };
 
-    thread_cache() : count_(heap_registry::instance().size()) {
+    thread_cache() : count_(heap_registry::instance().size()), shard_(next_shard()) {
         caches().fetch_add(1, std::memory_order_relaxed);
         budget_ = budget_now();
         lists_ = new list*[count_]();
@@ -264,7 +267,14 @@ private:
         heap_registry::instance().at(heap).give(slot, rest, given);
     }
 
+    // The shard of every node heap this thread takes its span blocks from: threads in turn.
+    static std::size_t next_shard() {
+        static std::atomic<std::size_t> n{0}; // constant-initialised
+        return n.fetch_add(1, std::memory_order_relaxed) % heap_registry::instance().shards();
+    }
+
     std::size_t count_;
+    std::size_t shard_;
     list** lists_;
     std::size_t budget_ = max_budget; // bytes this thread may cache (budget_now at the last refill)
     std::size_t bytes_ = 0;     // cached, all slots
