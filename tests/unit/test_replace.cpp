@@ -885,9 +885,9 @@ TEST(replace_reuse, a_freed_heap_run_goes_back_to_its_node_and_policy_before_reu
                 const replace_report r = replace(p, n, on_node(target), o);
                 if (!r.complete()) return 1;
                 if (multi_node() && where(p, n).on(target) != n / page) return 2; // moved
-                if (detail::run_marks_pending.load() == 0) return 3;              // and marked
+                if (detail::run_marks.pending() == 0) return 3;              // and marked
                 a.deallocate(p, n);
-                if (detail::run_marks_pending.load() != 0) return 4; // seen when freed
+                if (detail::run_marks.pending() != 0) return 4; // seen when freed
                 for (std::size_t i = 0; i < n; i += page)
                     if (resident_page(p + i)) return 5; // its moved pages went back to the kernel
                 char* q = a.allocate(n);
@@ -901,6 +901,57 @@ TEST(replace_reuse, a_freed_heap_run_goes_back_to_its_node_and_policy_before_reu
     });
     EXPECT_EQ(code, 0) << "1/2: replace failed, 3: not marked, 4: the mark stayed, 5: moved pages kept resident, "
                           "6: a later block got pages of another node, 7: replace's policy stayed";
+}
+
+TEST(replace_reuse, a_replaced_run_kept_in_use_leaves_other_runs_cycling_through_the_thread_cache) {
+    // A block replaced once and kept (an array placed after its initialisation) is marked until freed:
+    // only its own free bypasses the thread cache. Up to 64 marks are told apart by address; with 65,
+    // every run's free goes to its heap until marks are taken.
+    const int home = topology::get().all()[0], target = other_than(home);
+    const int code = numaplace_test::run_child([home, target] {
+        np::release_cached_memory();
+        node_allocator<char> a(home);
+        const std::size_t run = std::size_t(64) << 10, other = std::size_t(256) << 10;
+        auto replaced = [&](std::size_t count) {
+            std::vector<char*> v(count);
+            for (char*& p : v) {
+                p = a.allocate(run);
+                std::memset(p, 1, run);
+                if (!replace(p, run, on_node(target)).complete()) return std::vector<char*>();
+            }
+            return v;
+        };
+        // \returns how many bytes this thread's cache took in when `other` bytes were freed
+        auto cached_by_a_free = [&] {
+            char* q = a.allocate(other);
+            q[0] = 1;
+            detail::thread_cache* tc = detail::thread_cache::current();
+            const std::size_t before = tc->cached_bytes();
+            a.deallocate(q, other);
+            return tc->cached_bytes() - before;
+        };
+        for (const std::size_t count : {std::size_t(1), std::size_t(64), std::size_t(65)}) {
+            const std::vector<char*> kept = replaced(count);
+            if (kept.size() != count) return 1;
+            if (detail::run_marks.pending() != count) return 2;
+            const std::size_t cached = cached_by_a_free();
+            if (count <= detail::run_mark_set::room ? cached != other : cached != 0) return count <= 64 ? 3 : 4;
+            // each marked run still goes to its heap when freed: the marks are taken, every one
+            detail::thread_cache* tc = detail::thread_cache::current();
+            for (char* p : kept) {
+                const std::size_t before = tc->cached_bytes();
+                a.deallocate(p, run);
+                if (tc->cached_bytes() != before) return 5;
+            }
+            if (detail::run_marks.pending() != 0) return 6;
+            if (cached_by_a_free() != other) return 7; // no mark left: cached again
+            np::release_cached_memory();
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "1: replace failed, 2: not one mark per run, 3: with up to 64 marks another run's free "
+                          "bypassed the cache, 4: with 65 it did not, 5: a marked run went into the cache, 6: a "
+                          "mark stayed, 7: no marks, but the free bypassed the cache";
 }
 
 TEST(replace_reuse, replaced_own_mappings_are_unmapped_not_cached) {

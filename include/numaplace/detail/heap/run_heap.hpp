@@ -13,6 +13,7 @@
 
 #include "../../memory.hpp"
 #include "../linux.hpp"
+#include "run_marks.hpp"
 #include "span.hpp"
 
 #include <algorithm>
@@ -39,8 +40,6 @@ struct run_meta {
 constexpr std::uint32_t run_state_free = 1, run_state_used = 2;
 /// Marks on a used run's first page: replace() moved its pages; and set their policy.
 constexpr std::uint32_t run_mark_moved = 4, run_mark_policy = 8;
-/// Runs marked in any heap: while non-zero, freed runs bypass the thread caches (the heap checks them).
-inline std::atomic<std::size_t> run_marks_pending{0};
 constexpr std::size_t run_region_bytes = std::size_t(64) << 20;
 constexpr std::size_t run_header = 64; ///< the region's fields; the run_meta array follows
 /// A free run unused for this long goes back to the kernel (at the heap's next operation after it).
@@ -116,7 +115,7 @@ public:
             for (std::size_t i = r->first; i < r->pages; i += m[i].len) { // run by run
                 const std::uintptr_t a = base + i * page, e = a + m[i].len * page;
                 if ((m[i].state & run_state_used) && a < end && e > begin) {
-                    if ((m[i].state & run_mark_moved) == 0) run_marks_pending.fetch_add(1, std::memory_order_relaxed);
+                    if ((m[i].state & run_mark_moved) == 0) run_marks.add(a);
                     m[i].state |= run_mark_moved | (policy ? run_mark_policy : 0);
                 }
             }
@@ -126,7 +125,7 @@ public:
     /// \returns the marks of the run handed out at `p` (run_mark_moved, run_mark_policy), cleared; 0
     /// when it has none or `p` is in none of this heap's regions. Never allocates.
     std::uint32_t take_moved(const void* p) noexcept {
-        if (run_marks_pending.load(std::memory_order_relaxed) == 0) return 0;
+        if (run_marks.pending() == 0) return 0;
         std::lock_guard<std::mutex> lock(mutex_);
         run_region* r = run_region_of(p);
         if (!std::binary_search(regions_.begin(), regions_.end(), r)) return 0;
@@ -134,7 +133,7 @@ public:
         const std::uint32_t marks = m.state & (run_mark_moved | run_mark_policy);
         if (marks == 0) return 0;
         m.state &= ~(run_mark_moved | run_mark_policy);
-        run_marks_pending.fetch_sub(1, std::memory_order_relaxed);
+        run_marks.remove(reinterpret_cast<std::uintptr_t>(p));
         return marks;
     }
 

@@ -8,6 +8,7 @@
 
 #include "../config.hpp"
 #include "registry.hpp"
+#include "run_marks.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
 
@@ -85,7 +86,7 @@ public:
         list& l = lists_[heap][slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
-        if (run_marks_pending.load(std::memory_order_relaxed) != 0) return false; // the heap checks it (replace)
+        if (run_marks.may_hold(p)) return false; // replace() moved it: the heap re-places it
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
@@ -94,12 +95,12 @@ public:
         return true;
     }
     /// \effects caches `p`, then gives blocks back while over a bound. Never allocates.
-    /// \returns false if this thread has no list for the heap, or for a run while replace() has marked
-    /// runs (the caller frees centrally).
+    /// \returns false if this thread has no list for the heap, or for a run replace() marked (the caller
+    /// frees centrally: see run_marks.hpp).
     bool deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
         list* ls = lists_[heap];
         if (!ls) return false;
-        if (slot >= heap_class_count && run_marks_pending.load(std::memory_order_relaxed) != 0) return false; // see try_push_run
+        if (slot >= heap_class_count && run_marks.may_hold(p)) return false; // see try_push_run
         list& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         auto* b = static_cast<heap_block*>(p);
