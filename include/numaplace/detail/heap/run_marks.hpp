@@ -15,9 +15,10 @@
 namespace numaplace {
 namespace detail {
 
-/// The addresses of the marked runs, in a table of `room` slots; marks beyond it are only counted (then
-/// every run free goes to the heap until they are taken). Written under the marking heap's lock, read
-/// by any thread without one.
+/// The addresses of the marked runs, in a table of `room` slots, and per bucket of addresses (a hash of
+/// the page number) how many of them it holds, so that a free asks one byte, not the table; marks
+/// beyond the table are only counted (then every run free goes to the heap until they are taken).
+/// Written under the marking heap's lock, read by any thread without one.
 class run_mark_set {
 public:
     static constexpr std::size_t room = 64;
@@ -27,6 +28,7 @@ public:
         for (auto& slot : at_) {
             std::uintptr_t empty = 0;
             if (slot.compare_exchange_strong(empty, p, std::memory_order_relaxed)) {
+                count_[bucket(p)].fetch_add(1, std::memory_order_relaxed);
                 pending_.fetch_add(1, std::memory_order_relaxed);
                 return;
             }
@@ -39,7 +41,10 @@ public:
         pending_.fetch_sub(1, std::memory_order_relaxed);
         for (auto& slot : at_) {
             std::uintptr_t held = p;
-            if (slot.compare_exchange_strong(held, 0, std::memory_order_relaxed)) return;
+            if (slot.compare_exchange_strong(held, 0, std::memory_order_relaxed)) {
+                count_[bucket(p)].fetch_sub(1, std::memory_order_relaxed);
+                return;
+            }
         }
         overflow_.fetch_sub(1, std::memory_order_relaxed); // it was one of those beyond the table
     }
@@ -51,13 +56,21 @@ public:
         if (pending_.load(std::memory_order_relaxed) == 0) return false;
         if (overflow_.load(std::memory_order_relaxed) != 0) return true;
         const auto a = reinterpret_cast<std::uintptr_t>(p);
+        if (count_[bucket(a)].load(std::memory_order_relaxed) == 0) return false;
         for (const auto& slot : at_)
             if (slot.load(std::memory_order_relaxed) == a) return true;
         return false;
     }
 
 private:
+    // The page number's bits mixed (runs often lie a multiple of 256 KiB apart), the top 6 taken.
+    static std::size_t bucket(std::uintptr_t p) noexcept {
+        static_assert(room == 64, "6 bits");
+        return static_cast<std::size_t>(((static_cast<std::uint64_t>(p) >> 12) * 0x9e3779b97f4a7c15ull) >> 58);
+    }
+
     std::atomic<std::uintptr_t> at_[room] = {};
+    std::atomic<std::uint8_t> count_[room] = {}; // at most `room` each
     std::atomic<std::size_t> pending_{0}, overflow_{0};
 };
 
