@@ -238,9 +238,11 @@ public:
     /// each bound to its rank's node through the placement path (admitted first).
     /// \throws on every rank when it fails on one (the window freed): communicator_spans_hosts;
     /// std::bad_array_new_length (count × sizeof(T) overflows); when `fb` is strict: placement_error
-    /// (mbind refused, e.g. EPERM under a seccomp filter; more than the node's free memory) and
+    /// (mbind refused, e.g. EPERM under a seccomp filter) and
     /// invalid_placement (this rank's binding spans
-    /// nodes: no node to bind to); rank_failed on the ranks that did not fail themselves; mpi_error.
+    /// nodes: no node to bind to); whatever `fb`: placement_error ENOMEM when `count` T's are more than
+    /// this rank's node has free (more than all nodes have, for a rank bound to none), before MPI maps
+    /// anything; rank_failed on the ranks that did not fail themselves; mpi_error.
     /// Degrading, a refused or unbound segment is left to first touch and recorded in `degradations()`.
     shared_window(MPI_Comm comm, std::size_t count, fallback fb = fallback::strict) : count_(count) {
         detail::check_one_host(comm);
@@ -255,6 +257,14 @@ public:
             bytes = numaplace::memory::page_round(count * sizeof(T));
             os = detail::bound_os_node(topo, err);
             if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace::mpi::shared_window: the affinity");
+            // admitted before MPI maps anything: on its node, or anywhere for a rank bound to none
+            if (os >= 0)
+                numaplace::detail::admit_or_throw(nullptr, bytes, numaplace::memory::policy_mode::bind,
+                                                  node_set{topo.from_os_index(static_cast<unsigned>(os))}, "mpi::shared_window: ",
+                                                  numaplace::detail::range_origin::foreign);
+            else
+                numaplace::detail::admit_or_throw(nullptr, bytes, numaplace::memory::policy_mode::preferred_many, topo.all(),
+                                                  "mpi::shared_window: ", numaplace::detail::range_origin::foreign);
         } catch (...) {
             error = std::current_exception();
         }

@@ -18,6 +18,7 @@
 #endif
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -143,6 +144,31 @@ TEST(mpi_attack, one_ranks_overflow_fails_every_rank_and_leaves_no_window) {
         }
     }
     mpi::shared_window<double> after(MPI_COMM_WORLD, 16); // the communicator still works, nobody waits
+    EXPECT_EQ(after.size(), 16u);
+}
+
+TEST(mpi_attack, more_than_a_nodes_memory_on_one_rank_fails_every_rank_before_mpi_maps_it) {
+    // Rank `bad` asks for 1 TiB more than all the nodes hold: refused with ENOMEM by its admission,
+    // strict or degrading (a fallback cannot make memory), before MPI is asked for a window (MPI would
+    // fail to back it, and its default error handler aborts); the others get rank_failed, and the
+    // communicator still works.
+    const int bad = world_size() - 1;
+    std::size_t total = 0;
+    for (const auto& n : topology::get().nodes()) total += n.memory;
+    for (const fallback fb : {fallback::strict, fallback::degrade}) {
+        try {
+            mpi::shared_window<char> w(MPI_COMM_WORLD, world_rank() == bad ? total + (std::size_t(1) << 40) : page, fb);
+            ADD_FAILURE() << "no exception";
+        } catch (const placement_error& e) {
+            EXPECT_EQ(world_rank(), bad);
+            EXPECT_EQ(e.error_number(), ENOMEM);
+            EXPECT_NE(std::string(e.what()).find("mpi::shared_window: "), std::string::npos) << e.what();
+        } catch (const mpi::rank_failed& e) {
+            EXPECT_NE(world_rank(), bad);
+            EXPECT_EQ(e.rank(), bad);
+        }
+    }
+    mpi::shared_window<double> after(MPI_COMM_WORLD, 16);
     EXPECT_EQ(after.size(), 16u);
 }
 
