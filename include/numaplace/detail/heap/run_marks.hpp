@@ -66,7 +66,8 @@ private:
     // The page number's bits mixed (runs often lie a multiple of 256 KiB apart), the top 6 taken.
     static std::size_t bucket(std::uintptr_t p) noexcept {
         static_assert(room == 64, "6 bits");
-        return static_cast<std::size_t>(((static_cast<std::uint64_t>(p) >> 12) * 0x9e3779b97f4a7c15ull) >> 58);
+        const std::uint64_t page = p >> 12;
+        return static_cast<std::size_t>((page * 0x9e3779b97f4a7c15ull) >> 58);
     }
 
     std::atomic<std::uintptr_t> at_[room] = {};
