@@ -212,8 +212,7 @@ struct node_alloc { // one allocator object, as a container keeps one (not one p
 
 // One cycle: allocate, write the first and the last byte (as a user does), free.
 template <class A>
-void BM_Cycle(benchmark::State& state) {
-    if (!A::ready(state)) return;
+void cycles(benchmark::State& state) {
     const auto bytes = static_cast<std::size_t>(state.range(0));
     for (auto _ : state) {
         auto* p = static_cast<char*>(A::get(bytes));
@@ -224,11 +223,14 @@ void BM_Cycle(benchmark::State& state) {
     }
     state.SetItemsProcessed(state.iterations());
 }
+template <class A>
+void BM_Cycle(benchmark::State& state) {
+    if (A::ready(state)) cycles<A>(state);
+}
 
 // The node_allocator cycle while a 1 MiB block that replace() moved is kept in use (an array placed
 // after its initialisation): the mark must cost other runs' frees nothing (docs/replace.md).
 void BM_Cycle_with_a_replaced_block_kept(benchmark::State& state) {
-    const auto bytes = static_cast<std::size_t>(state.range(0));
     const std::size_t kept_bytes = std::size_t(1) << 20;
     char* kept = static_cast<char*>(node_alloc::get(kept_bytes));
     for (std::size_t i = 0; i < kept_bytes; i += 4096) kept[i] = 1;
@@ -237,15 +239,8 @@ void BM_Cycle_with_a_replaced_block_kept(benchmark::State& state) {
         node_alloc::put(kept, kept_bytes);
         return;
     }
-    for (auto _ : state) {
-        auto* p = static_cast<char*>(node_alloc::get(bytes));
-        p[0] = 1;
-        p[bytes - 1] = 1;
-        benchmark::DoNotOptimize(p);
-        node_alloc::put(p, bytes);
-    }
+    cycles<node_alloc>(state);
     node_alloc::put(kept, kept_bytes);
-    state.SetItemsProcessed(state.iterations());
 }
 
 std::size_t resident_bytes() {
