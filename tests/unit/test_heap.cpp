@@ -381,6 +381,25 @@ TEST(heap, fork_under_load_with_parked_blocks_and_cached_mappings) {
 
 // The thread caches share a budget among the live ones; a forked child has one thread, so its cache
 // gets the whole budget again (4 MiB), not its parent's share (1 MiB with 16 caches alive).
+TEST(heap, fork_under_load_with_heap_shards) {
+    // The two fork stress tests above again, in a process started with 4 shards: the workers refill
+    // from different shards while the forks close every shard behind the heap's gate.
+    if (std::getenv("NUMAPLACE_HEAP_SHARDS") != nullptr) {
+        EXPECT_EQ(heap_shards(), static_cast<std::size_t>(std::atoi(std::getenv("NUMAPLACE_HEAP_SHARDS"))));
+        return; // the executed copy: the filter below runs the stress tests themselves
+    }
+    const int code = run_child(
+        [] {
+            ::setenv("NUMAPLACE_HEAP_SHARDS", "4", 1);
+            ::execl("/proc/self/exe", "test_heap",
+                    "--gtest_filter=heap.fork_under_load_never_deadlocks*:heap.fork_under_load_with_parked*:heap.fork_under_load_with_heap_shards",
+                    static_cast<char*>(nullptr));
+            return 97; // exec failed
+        },
+        300);
+    EXPECT_EQ(code, 0) << "the stress tests failed with 4 shards (their output is above); 97: exec failed";
+}
+
 TEST(heap, a_forked_child_has_the_whole_cache_budget) {
     constexpr int threads = 16;
     std::atomic<int> arrived{0};

@@ -425,7 +425,7 @@ private:
     std::size_t peak_ = 0, prev_peak_ = 0;            // pages in use at most, this decay period and the last
     std::uint32_t window_start_ = 0, last_decay_ = 0; // ms (truncated)
     std::vector<run_region*> regions_;                // sorted
-    bool huge_fill_ = false;                          // THP `always`: see count_huge_fill
+    const bool huge_fill_;                            // see the constructor
 };
 
 } // namespace detail
