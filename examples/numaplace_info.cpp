@@ -7,6 +7,8 @@
 #include <numaplace/report.hpp>
 #include <numaplace/tiers.hpp>
 
+#include <oneapi/tbb/info.h>
+
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -250,7 +252,11 @@ int main(int argc, char** argv) {
     if (::fcntl(1, F_GETFD) == -1) return write_failed(errno);
     try {
         const auto& topo = numaplace::topology::get();
-        const auto& arenas = numaplace::arena_capabilities();
+        numaplace::arena_report arenas = numaplace::arena_capabilities();
+        if (arenas.tbb_numa_nodes.empty()) { // one node with CPUs: the loops do not ask oneTBB; this tool does
+            for (int id : tbb::info::numa_nodes()) arenas.tbb_numa_nodes.push_back(id);
+            arenas.tbbbind_loaded = !loaded_path("libtbbbind").empty();
+        }
         // Built in full first: an exception cannot leave half a JSON object on stdout.
         std::ostringstream out;
         if (json) print_json(out, topo, arenas); else print_text(out, topo, arenas);

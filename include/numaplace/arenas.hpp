@@ -55,7 +55,9 @@ inline const char* name(pinning p) noexcept {
 /// within its node's CPUs), not only as asked for. Later failures: `node_arenas::unpinned_entries()`.
 struct arena_report {
     bool tbbbind_loaded = false;        ///< libtbbbind is in the process
-    std::vector<int> tbb_numa_nodes;    ///< `tbb::info::numa_nodes()` ({-1}: TBB sees no NUMA)
+    /// `tbb::info::numa_nodes()` ({-1}: TBB sees no NUMA); empty on a machine with one node with CPUs,
+    /// where oneTBB is not asked (asking loads libtbbbind, which sanitizer runtimes refuse to load).
+    std::vector<int> tbb_numa_nodes;
     numaplace::pinning pinning = pinning::single_node;
     std::string reason;                 ///< why this pinning; for `none`, what failed (node, errno)
     bool verified = false;              ///< a thread entering every arena ran within its node's CPUs
@@ -260,13 +262,14 @@ private:
             runner_.push_back(n.has_cpus() ? n.id : best);
         }
         report_.tbb_numa_nodes.clear();
-        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);
-        report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
-        if (cpu_nodes.size() <= 1) {
+        if (cpu_nodes.size() <= 1) { // plain oneTBB: its NUMA view is not needed, and not loaded
+            report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
             report_.pinning = pinning::single_node;
             report_.reason = "one node with CPUs";
             return;
         }
+        for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);
+        report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
         // tbbbind only if its numa ids are ours: every CPU node listed, with as many threads as CPUs.
         bool agrees = report_.tbbbind_loaded;
         for (int k : cpu_nodes) {

@@ -3,11 +3,15 @@
 
 // Children that may die or hang, for the tests: their exit status is asserted, never a timing.
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include <signal.h>
 #include <sys/types.h>
@@ -52,6 +56,23 @@ int run_child(F&& child, int seconds = 60) {
         ::_exit(code);
     }
     return wait_child(pid, seconds);
+}
+
+/// Runs the current test again in a fresh process of this binary (only that test), with the variable
+/// `marker` set to 1 (the copy's sign that it is the fresh one) and `env` set. \returns its exit code
+/// (see run_child; 97: the exec failed).
+inline int rerun_current_test(const char* marker, const std::vector<std::pair<std::string, std::string>>& env = {},
+                              int seconds = 120) {
+    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
+    const std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
+    return run_child(
+        [&] {
+            ::setenv(marker, "1", 1);
+            for (const auto& e : env) ::setenv(e.first.c_str(), e.second.c_str(), 1);
+            ::execl("/proc/self/exe", "test", filter.c_str(), static_cast<char*>(nullptr));
+            return 97;
+        },
+        seconds);
 }
 
 } // namespace numaplace_test

@@ -36,16 +36,7 @@ const bool fresh = std::getenv("NUMAPLACE_OMP_TEST_CHILD") != nullptr;
 
 // Runs the current test again in a fresh process of this binary with `env` set. \returns its exit code.
 int rerun_with(const std::vector<std::pair<std::string, std::string>>& env) {
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    const std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
-    return numaplace_test::run_child(
-        [&] {
-            ::setenv("NUMAPLACE_OMP_TEST_CHILD", "1", 1);
-            for (const auto& e : env) ::setenv(e.first.c_str(), e.second.c_str(), 1);
-            ::execl("/proc/self/exe", "test_omp", filter.c_str(), static_cast<char*>(nullptr));
-            return 97; // exec failed
-        },
-        120);
+    return numaplace_test::rerun_current_test("NUMAPLACE_OMP_TEST_CHILD", env);
 }
 // The CPUs of this process, node by node.
 std::vector<unsigned> all_cpus() {
