@@ -177,9 +177,13 @@ public:
         fill_from(copies_.front().data, 1);
     }
 
-    /// \returns the page histogram of the copy on `nodes()[k]`.
+    /// \returns the page histogram of the copy on `nodes()[k]` (`k` is the copy's index, not a node id).
+    /// \throws std::out_of_range when `k` >= the number of copies (as shared_segment::where(k)).
     page_histogram where(std::size_t k) const {
-        return numaplace::where(copies_.at(k).data, size_ * sizeof(T));
+        if (k >= copies_.size())
+            throw std::out_of_range("numaplace: replicated::where(" + std::to_string(k) + "): there are " +
+                                    std::to_string(copies_.size()) + " copies (k is an index into nodes())");
+        return numaplace::where(copies_[k].data, size_ * sizeof(T));
     }
     /// \returns the page histogram of every copy, in node order.
     std::vector<page_histogram> where() const {

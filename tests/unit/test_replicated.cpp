@@ -188,6 +188,15 @@ TEST(replicated, sizes_zero_one_page_minus_one_and_overflow) {
     replicated<char> r2(pm1);
     EXPECT_EQ(r2.bytes_per_copy(), page);
     EXPECT_EQ(r2.where(0).pages, 1u);
+    const std::size_t copies = r2.copies().size();
+    EXPECT_EQ(r2.where(copies - 1).pages, 1u);
+    try { // an index past the copies: numaplace's own out_of_range, naming the index and the count
+        (void)r2.where(copies);
+        ADD_FAILURE() << "where(" << copies << ") of " << copies << " copies returned";
+    } catch (const std::out_of_range& e) {
+        EXPECT_NE(std::string(e.what()).find("replicated::where(" + std::to_string(copies) + ")"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW((void)r2.where(SIZE_MAX), std::out_of_range);
     EXPECT_EQ(r2.copy_for(0)[page - 2], 'x');
     EXPECT_THROW(replicated<std::uint32_t>(&one, SIZE_MAX / 2), std::bad_array_new_length);
     EXPECT_THROW(replicated<std::uint32_t>(&one, SIZE_MAX / 4 - 1), std::bad_array_new_length);
@@ -204,6 +213,7 @@ TEST(replicated, moved_from_is_empty_and_reusable) {
     EXPECT_EQ(a.copy_for(0), nullptr);       // NOLINT
     EXPECT_EQ(a.local(), nullptr);           // NOLINT
     EXPECT_TRUE(a.where().empty());          // NOLINT
+    EXPECT_THROW((void)a.where(0), std::out_of_range); // NOLINT: no copy 0
     a.update([](std::uint32_t*, std::size_t) { FAIL() << "edit called on an empty replicated"; });
     a = replicated<std::uint32_t>(src);
     EXPECT_EQ(a.size(), src.size());
