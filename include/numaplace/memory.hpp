@@ -243,9 +243,20 @@ inline int bind(void* p, std::size_t bytes, policy_mode mode, const node_set& no
     return detail::os_mbind(p, page_round(bytes), static_cast<int>(mode), mask, 0);
 }
 
-/// \effects gives [p, p+bytes) (page-aligned) the default policy again (first touch). \returns 0 or errno.
+/// \effects gives the pages of [p, p+bytes) the default policy again (first touch): with `p`
+/// page-aligned, every page the range overlaps (as `bind`); otherwise the whole pages inside it, what
+/// `replace` with `keep_policy` binds on such a range (no page the range only shares with its
+/// neighbours loses its policy). \returns 0 (also when no whole page is inside) or the kernel's errno.
 inline int unbind(void* p, std::size_t bytes) noexcept {
-    return bytes == 0 ? 0 : detail::os_mbind(p, page_round(bytes), detail::mpol_default, detail::kernel_nodemask{}, 0);
+    if (bytes == 0) return 0;
+    const std::size_t page = detail::page_size();
+    const auto start = reinterpret_cast<std::uintptr_t>(p);
+    if (start % page == 0) return detail::os_mbind(p, page_round(bytes), detail::mpol_default, detail::kernel_nodemask{}, 0);
+    if (bytes > UINTPTR_MAX - start) return EINVAL; // past the end of the address space
+    const std::uintptr_t base = start - start % page, end = (start + bytes) / page * page;
+    if (end - base <= page) return 0;
+    return detail::os_mbind(reinterpret_cast<void*>(base + page), end - base - page, detail::mpol_default,
+                            detail::kernel_nodemask{}, 0);
 }
 
 /// \effects faults in [p, p+bytes) (page-aligned, untouched, default policy) with consecutive runs of
