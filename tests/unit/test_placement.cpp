@@ -205,6 +205,13 @@ TEST(placement, equal_weights_reduce_to_plain_interleave) {
     interleaved i(topology::get().all(), std::vector<std::size_t>(topology::get().size(), 4));
     EXPECT_TRUE(i.weights().empty());
     EXPECT_EQ(i, interleaved(topology::get().all()));
+    // one node: any weight is that node's whole share, so plain interleave, placed at first touch
+    const int n0 = topology::get().all()[0];
+    for (std::size_t w : {std::size_t(1), std::size_t(2), std::size_t(3), SIZE_MAX}) {
+        const interleaved one(node_set{n0}, {w});
+        EXPECT_TRUE(one.weights().empty()) << w;
+        EXPECT_EQ(one, interleaved(node_set{n0})) << w;
+    }
 }
 
 TEST(placement, partitioned_puts_block_k_on_node_k) {
