@@ -58,8 +58,9 @@ inline std::size_t heap_shards() { return detail::heap_registry::instance().shar
 
 /// \effects with a positive `period`, starts a background thread that runs the decay every `period`:
 /// free runs, cached large blocks and cached own mappings unused for a second go back to the kernel
-/// even when no thread allocates or frees any more (without it they go back at the heaps' next
-/// operation, or at release_cached_memory()). A zero period stops it (at its next wake-up); a new call
+/// even when no thread allocates or frees any more (without it they go back when a thread's 1024th
+/// allocation since it last looked finds the decay due, at the heaps' next operation, or at
+/// release_cached_memory()). A zero period stops it (at its next wake-up); a new call
 /// replaces the previous period. Off by default: a thread of its own wakes up beside pinned compute
 /// threads. A forked child starts without it. Blocks in use and threads' caches are never touched.
 /// \throws std::system_error when the thread cannot be made (then none runs).

@@ -548,15 +548,47 @@ constexpr bool thread_sanitized = false;
 static int run_rss_child(const std::function<int(std::size_t tolerance, std::size_t volume)>& body) {
     const std::size_t tolerance = (sanitized ? 16 : 8) * mib, volume = (reduced ? 64 : 256) * mib;
     if (std::getenv("NUMAPLACE_TEST_FRESH_PROCESS")) return body(tolerance, volume); // the executed copy
-    const ::testing::TestInfo* test = ::testing::UnitTest::GetInstance()->current_test_info();
-    const std::string filter = std::string("--gtest_filter=") + test->test_suite_name() + "." + test->name();
-    return run_child(
-        [&filter] {
-            ::setenv("NUMAPLACE_TEST_FRESH_PROCESS", "1", 1);
-            ::execl("/proc/self/exe", "test_heap", filter.c_str(), static_cast<char*>(nullptr));
-            return 97; // exec failed
-        },
-        300);
+    return numaplace_test::rerun_current_test("NUMAPLACE_TEST_FRESH_PROCESS", {}, 300);
+}
+
+// A README-only user program: 100 MiB of 1 MiB blocks freed, then a steady loop whose allocations all
+// hit the thread cache (no operation reaches a heap) kept the 100 MiB resident for good. The decay's tick
+// (every 1024 allocations a look at the clock) gives them back within the decay time, whatever the loop
+// allocates: a block of a class, or a run the thread cache keeps.
+TEST(heap, freed_memory_goes_back_while_every_allocation_is_a_thread_cache_hit) {
+    if (thread_sanitized) GTEST_SKIP() << "ThreadSanitizer keeps the shadow of freed memory resident";
+    for (const std::size_t op : {std::size_t(64), std::size_t(1) << 20}) {
+        const int code = run_rss_child([op](std::size_t tolerance, std::size_t volume) {
+            node_allocator<char> a(0);
+            const std::size_t start = rss(), block = std::size_t(1) << 20, n = volume / 4 / block;
+            std::vector<char*> blocks;
+            for (std::size_t i = 0; i < n; ++i) {
+                blocks.push_back(a.allocate(block));
+                std::memset(blocks.back(), 1, block);
+            }
+            for (char* b : blocks) a.deallocate(b, block);
+            if (rss() < start + n * block / 2) { // kept for reuse: what the decay must give back
+                std::fprintf(stderr, "after the free: %zu MiB above start\n", (rss() - start) / mib);
+                return 1;
+            }
+            const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2 * detail::run_decay_ms + 500);
+            std::size_t now = rss();
+            while (now > start + tolerance && std::chrono::steady_clock::now() < end) {
+                for (int i = 0; i < 100000; ++i) {
+                    char* p = a.allocate(op);
+                    p[0] = 1;
+                    a.deallocate(p, op);
+                }
+                now = rss();
+            }
+            if (now > start + tolerance) {
+                std::fprintf(stderr, "%zu-byte loop: %zu MiB above start after the decay time\n", op, (now - start) / mib);
+                return 2;
+            }
+            return 0;
+        });
+        EXPECT_EQ(code, 0) << op << "-byte loop; 1: the freed blocks were not resident, 2: not given back";
+    }
 }
 
 TEST(heap, memory_goes_back_after_free_and_a_phase_change_does_not_double_it) {

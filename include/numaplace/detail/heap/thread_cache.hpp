@@ -35,6 +35,7 @@ public:
     /// \returns a block of slot `slot` of heap `heap`, refilling its list from the heap if empty.
     /// \throws placement_error, std::bad_alloc (the lists).
     void* allocate(std::size_t heap, std::size_t slot) {
+        if (NUMAPLACE_UNLIKELY(ticks_ == 0)) tick();
         list* ls = lists_[heap];
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) ls = lists_[heap] = new list[heap_slots]();
         list& l = ls[slot];
@@ -54,6 +55,7 @@ public:
     /// \returns a block from this thread's list of `slot` of heap `heap`, or nullptr (fast path, inlined
     /// into the allocators).
     void* try_pop(std::size_t heap, std::size_t slot) noexcept {
+        if (NUMAPLACE_UNLIKELY(--ticks_ == 0)) return nullptr; // allocate() runs the decay's tick
         list* ls = lists_[heap];
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) return nullptr;
         list& l = ls[slot];
@@ -274,6 +276,21 @@ private:
         return n.fetch_add(1, std::memory_order_relaxed) % heap_registry::instance().shards();
     }
 
+    // The decay without a background thread (docs/heap.md): every decay_ticks allocations a thread looks
+    // at the clock, and the first thread to find a quarter of the decay time passed since the last
+    // look of any thread runs every heap's decay (what background_release() runs), so freed memory goes
+    // back even while every allocation is served from a thread cache. Never allocates; holds no lock.
+    static constexpr std::uint32_t decay_ticks = 1024;
+    NUMAPLACE_NOINLINE void tick() noexcept {
+        ticks_ = decay_ticks;
+        static std::atomic<std::int64_t> last{0}; // constant-initialised
+        const std::int64_t now = os_now_ms();
+        std::int64_t seen = last.load(std::memory_order_relaxed);
+        if (now - seen < run_decay_ms / 4 || !last.compare_exchange_strong(seen, now, std::memory_order_relaxed)) return;
+        heap_registry::decay_now();
+    }
+
+    std::uint32_t ticks_ = decay_ticks; // allocations to the next tick
     std::size_t count_;
     std::size_t shard_;
     list** lists_;
