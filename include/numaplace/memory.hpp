@@ -235,10 +235,11 @@ namespace memory {
 
 /// \effects sets the memory policy of the untouched page range [p, p+bytes) (p page-aligned) so its
 /// pages are allocated per `mode` over `nodes` when first touched. No capacity check (see `admit`).
-/// \returns 0 or the kernel's errno.
+/// \returns 0 or the kernel's errno; EINVAL for a range past the end of the address space.
 inline int bind(void* p, std::size_t bytes, policy_mode mode, const node_set& nodes,
                 const topology& topo = topology::get()) {
     if (bytes == 0) return 0;
+    if (!page_round_fits(bytes) || page_round(bytes) > UINTPTR_MAX - reinterpret_cast<std::uintptr_t>(p)) return EINVAL;
     const auto mask = detail::mask_of(nodes, topo);
     return detail::os_mbind(p, page_round(bytes), static_cast<int>(mode), mask, 0);
 }
@@ -246,13 +247,14 @@ inline int bind(void* p, std::size_t bytes, policy_mode mode, const node_set& no
 /// \effects gives the pages of [p, p+bytes) the default policy again (first touch): with `p`
 /// page-aligned, every page the range overlaps (as `bind`); otherwise the whole pages inside it, what
 /// `replace` with `keep_policy` binds on such a range (no page the range only shares with its
-/// neighbours loses its policy). \returns 0 (also when no whole page is inside) or the kernel's errno.
+/// neighbours loses its policy). \returns 0 (also when no whole page is inside) or the kernel's errno;
+/// EINVAL for a range past the end of the address space.
 inline int unbind(void* p, std::size_t bytes) noexcept {
     if (bytes == 0) return 0;
     const std::size_t page = detail::page_size();
     const auto start = reinterpret_cast<std::uintptr_t>(p);
+    if (!page_round_fits(bytes) || page_round(bytes) > UINTPTR_MAX - start) return EINVAL;
     if (start % page == 0) return detail::os_mbind(p, page_round(bytes), detail::mpol_default, detail::kernel_nodemask{}, 0);
-    if (bytes > UINTPTR_MAX - start) return EINVAL; // past the end of the address space
     const std::uintptr_t base = start - start % page, end = (start + bytes) / page * page;
     if (end - base <= page) return 0;
     return detail::os_mbind(reinterpret_cast<void*>(base + page), end - base - page, detail::mpol_default,

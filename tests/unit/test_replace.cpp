@@ -741,7 +741,13 @@ TEST(replace, unbind_on_the_range_replace_kept_a_policy_on_drops_it_and_no_more)
         if (memory::unbind(m + 1, page - 1) != 0 || memory::unbind(m + 1, 2 * page - 2) != 0 ||
             memory::unbind(m + 1, 0) != 0)
             return 8;
-        if (memory::unbind(m + 1, SIZE_MAX) != EINVAL) return 9;
+        // past the end of the address space, from a page or not: refused, nothing done (page_round
+        // wrapped to 0 for the aligned start and "succeeded")
+        for (const std::size_t n : {SIZE_MAX, SIZE_MAX - page + 2, SIZE_MAX - reinterpret_cast<std::uintptr_t>(m) + 1})
+            if (memory::unbind(m + 1, n) != EINVAL || memory::unbind(m, n) != EINVAL ||
+                memory::bind(m, n, memory::policy_mode::bind, node_set{node}) != EINVAL)
+                return 9;
+        if (policy_at(m + 2 * page) != 0) return 9;
         memory::unmap(m, (pages + 2) * page);
         return 0;
     });
