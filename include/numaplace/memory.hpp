@@ -36,6 +36,11 @@ inline bool page_round_fits(std::size_t bytes) noexcept { return bytes <= SIZE_M
 /// \returns `bytes` rounded up to whole pages. \requires page_round_fits(bytes).
 inline std::size_t page_round(std::size_t bytes) noexcept { return detail::round_up(bytes, detail::page_size()); }
 
+/// \returns true if [p, p + bytes) rounded up to whole pages ends within the address space.
+inline bool page_range_fits(const void* p, std::size_t bytes) noexcept {
+    return page_round_fits(bytes) && page_round(bytes) <= UINTPTR_MAX - reinterpret_cast<std::uintptr_t>(p);
+}
+
 /// \effects maps `bytes` (rounded up to pages, at least one page) of anonymous, untouched memory whose
 /// start is a multiple of `alignment` (a power of two; below a page means a page).
 /// \returns 0 and the start in `out`; or ENOMEM (size overflow, or the kernel refused; nothing mapped),
@@ -239,7 +244,7 @@ namespace memory {
 inline int bind(void* p, std::size_t bytes, policy_mode mode, const node_set& nodes,
                 const topology& topo = topology::get()) {
     if (bytes == 0) return 0;
-    if (!page_round_fits(bytes) || page_round(bytes) > UINTPTR_MAX - reinterpret_cast<std::uintptr_t>(p)) return EINVAL;
+    if (!page_range_fits(p, bytes)) return EINVAL;
     const auto mask = detail::mask_of(nodes, topo);
     return detail::os_mbind(p, page_round(bytes), static_cast<int>(mode), mask, 0);
 }
@@ -253,7 +258,7 @@ inline int unbind(void* p, std::size_t bytes) noexcept {
     if (bytes == 0) return 0;
     const std::size_t page = detail::page_size();
     const auto start = reinterpret_cast<std::uintptr_t>(p);
-    if (!page_round_fits(bytes) || page_round(bytes) > UINTPTR_MAX - start) return EINVAL;
+    if (!page_range_fits(p, bytes)) return EINVAL;
     if (start % page == 0) return detail::os_mbind(p, page_round(bytes), detail::mpol_default, detail::kernel_nodemask{}, 0);
     const std::uintptr_t base = start - start % page, end = (start + bytes) / page * page;
     if (end - base <= page) return 0;
