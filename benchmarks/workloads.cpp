@@ -24,7 +24,9 @@
 // freed), decayed_rss_mib (after sleeping WORKLOADS_DECAY_MS, if set; numaplace then runs with
 // background_release(100 ms) from the workload's start, the decay without further operations), released_rss_mib (after
 // numaplace::release_cached_memory() where that function exists, for the numaplace family; else = the
-// previous), plus ops, items_per_second, scale. Run one allocator per process (run_workloads.sh): an
+// previous), live_peak_mib (producer/consumer only: the most bytes the program held at once, sampled by
+// each producer every 256 blocks; peak_rss_mib minus it is what the allocator kept beyond the program's
+// needs), plus ops, items_per_second, scale. Run one allocator per process (run_workloads.sh): an
 // allocator that keeps what an earlier workload freed would otherwise start the next one warm.
 // Flags: --quick (scale 0.1); the environment variable WORKLOADS_SCALE wins over it.
 #include <numaplace/numaplace.hpp>
@@ -253,6 +255,8 @@ struct spsc_ring {
     alignas(64) std::atomic<std::size_t> head{0}; // next to pop (consumer)
     alignas(64) std::atomic<std::size_t> tail{0}; // next to push (producer)
     alignas(64) void* slot[capacity];
+    alignas(64) std::atomic<std::size_t> made{0};  // bytes allocated by the producer (its stores only)
+    alignas(64) std::atomic<std::size_t> freed{0}; // bytes freed by the consumer (its stores only)
 };
 inline void backoff(unsigned& spins) {
     if (++spins < 32) {
@@ -269,6 +273,15 @@ struct producer_consumer {
     producer_consumer() {
         for (int i = 0; i < Pairs; ++i) rings.emplace_back(new spsc_ring);
     }
+    std::atomic<std::size_t> live_peak{0}; // the most bytes the program held at once, sampled
+    void sample_live() {
+        std::size_t live = 0;
+        for (auto& r : rings) live += r->made.load(std::memory_order_relaxed) - r->freed.load(std::memory_order_relaxed);
+        std::size_t seen = live_peak.load(std::memory_order_relaxed);
+        while (live > seen && !live_peak.compare_exchange_weak(seen, live, std::memory_order_relaxed)) {
+        }
+    }
+    double live_peak_mib() const { return static_cast<double>(live_peak.load()) / (1024.0 * 1024.0); }
     double run() {
         const std::size_t per = blocks / Pairs;
         std::atomic<std::uint64_t> bad{0};
@@ -287,6 +300,8 @@ struct producer_consumer {
                     while (tail - q.head.load(std::memory_order_acquire) == spsc_ring::capacity) backoff(spins);
                     q.slot[tail % spsc_ring::capacity] = p;
                     q.tail.store(++tail, std::memory_order_release);
+                    q.made.store(q.made.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+                    if ((i & 255) == 0) sample_live();
                 }
             } else { // consumer
                 std::size_t head = 0;
@@ -299,6 +314,7 @@ struct producer_consumer {
                     std::memcpy(&n, p, sizeof n);
                     wrong += p[n - 1] != static_cast<char>(n);
                     a.deallocate(p, n);
+                    q.freed.store(q.freed.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
                 }
                 bad += wrong;
             }
@@ -453,6 +469,12 @@ double line_round_trip_ns() {
     ::sched_setaffinity(0, sizeof mine, &mine); // as before, for the workload's threads
     return ns;
 }
+// The most bytes a workload's program held at once, where it counts them (producer/consumer); else -1.
+template <class W>
+auto live_peak_of(const W& w, int) -> decltype(w.live_peak_mib()) { return w.live_peak_mib(); }
+template <class W>
+double live_peak_of(const W&, long) { return -1; }
+
 template <class W, class F>
 void BM_Workload(benchmark::State& state) {
     { // first use outside the measurement (numaplace: topology, heap; malloc: its arenas)
@@ -462,7 +484,7 @@ void BM_Workload(benchmark::State& state) {
         benchmark::DoNotOptimize(p);
         a.deallocate(p, 64);
     }
-    double peak = 0, fin = 0, decayed = 0, released = 0, ops = 0, start = 0;
+    double peak = 0, fin = 0, decayed = 0, released = 0, ops = 0, start = 0, live = -1;
     const double trip_before = line_round_trip_ns();
     bool hwm_ok = true;
     if (F::is_numaplace && g_decay_ms > 0) numaplace::background_release(std::chrono::milliseconds(100));
@@ -475,6 +497,7 @@ void BM_Workload(benchmark::State& state) {
         const auto t1 = std::chrono::steady_clock::now();
         state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
         peak = std::max(peak, hwm_mib() - start);
+        live = std::max(live, live_peak_of(w, 0));
         fin = rss_mib() - start;
         decayed = fin;
         if (g_decay_ms > 0) {
@@ -490,6 +513,7 @@ void BM_Workload(benchmark::State& state) {
     if (!hwm_ok) state.SkipWithError("cannot reset VmHWM (/proc/self/clear_refs)");
     state.counters["start_rss_mib"] = start;
     state.counters["peak_rss_mib"] = peak;
+    if (live >= 0) state.counters["live_peak_mib"] = live;
     state.counters["final_rss_mib"] = fin;
     if (g_decay_ms > 0) state.counters["decayed_rss_mib"] = decayed;
     state.counters["released_rss_mib"] = released;
