@@ -95,12 +95,13 @@ inline std::string refusal_reason(int err, bool mapping = false) {
 } // namespace detail
 namespace memory {
 
-/// \effects as `try_map`. \returns the start. \throws placement_error with try_map's errno.
-inline void* map(std::size_t bytes, std::size_t alignment = detail::page_size()) {
+/// \effects as `try_map`. \returns the start. \throws placement_error with try_map's errno, naming
+/// `node` (-1: several or none).
+inline void* map(std::size_t bytes, std::size_t alignment = detail::page_size(), int node = -1) {
     void* p = nullptr;
     const int err = try_map(bytes, alignment, p);
     if (err != 0)
-        detail::throw_placement(-1, bytes, err,
+        detail::throw_placement(node, bytes, err,
                                 err == EINVAL ? std::string("alignment not a power of two")
                                               : "mmap failed: " + detail::refusal_reason(err, true));
     return p;

@@ -275,15 +275,28 @@ static_assert(std::is_nothrow_copy_constructible<interleaved>::value &&
                   std::is_nothrow_copy_constructible<partitioned>::value,
               "placement copies never throw");
 
+namespace detail {
+/// \returns the node a placement's errors name (call with 0): its one node, or -1 when it spans several
+/// or does not say (a user's placement without `nodes()`).
+inline int error_node_of(const on_node& p, int) noexcept { return p.node(); }
+inline int error_node_of(const partitioned& p, int) noexcept { return error_node(p.partition().nodes()); }
+template <class Placement>
+auto error_node_of(const Placement& p, int) noexcept -> decltype(error_node(p.nodes())) { return error_node(p.nodes()); }
+template <class Placement>
+int error_node_of(const Placement&, long) noexcept { return -1; }
+} // namespace detail
+
 namespace memory {
 /// \effects maps `bytes` (0 maps one page) and applies `placement` to them; nothing is touched.
 /// \returns the start, aligned as the placement needs and to at least `alignment` (a power of two).
-/// \throws placement_error: ENOMEM when the size overflows (nothing mapped) or the mapping fails,
-/// EINVAL for an alignment that is not a power of two; what `apply` throws, having unmapped everything.
+/// \throws placement_error naming the placement's node (-1 for several): ENOMEM when the size
+/// overflows (nothing mapped) or the mapping fails, EINVAL for an alignment that is not a power of two;
+/// what `apply` throws, having unmapped everything.
 template <class Placement>
 void* allocate(std::size_t bytes, const Placement& placement, std::size_t alignment = 1) {
-    if (!page_round_fits(bytes)) numaplace::detail::throw_placement(-1, bytes, ENOMEM, "size overflow");
-    void* p = map(bytes, std::max(alignment, placement.alignment(bytes)));
+    const int node = numaplace::detail::error_node_of(placement, 0);
+    if (!page_round_fits(bytes)) numaplace::detail::throw_placement(node, bytes, ENOMEM, "size overflow");
+    void* p = map(bytes, std::max(alignment, placement.alignment(bytes)), node);
     try {
         placement.apply(p, bytes);
     } catch (...) {

@@ -9,6 +9,7 @@
 #include <numaplace/allocator.hpp>
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/parallel_for.hpp>
+#include <numaplace/pmr.hpp>
 #include <numaplace/report.hpp>
 #include <numaplace/where.hpp>
 
@@ -71,6 +72,46 @@ TEST(placement, interleaved_and_preferred_many_reject_unknown_ids) {
     expect_unknown_node([&] { numaplace::interleaved_allocator<int> a(node_set{0, n}); (void)a; }, n,
                         "interleaved_allocator({0, N})");
     expect_unknown_node([&] { numaplace::preferred_many x(node_set{n}); (void)x; }, n, "preferred_many({N})");
+}
+
+// A request no mapping can serve (the size overflows when rounded to pages, or the kernel refuses the
+// mapping) names the placement's node when it has one, -1 ("node any") when it spans several: for every
+// allocator and resource and every node, at the sizes around the end of the address space.
+TEST(placement, errors_of_a_one_node_placement_name_that_node_at_every_size_boundary) {
+    const std::size_t page = detail::page_size();
+    const std::size_t sizes[] = {SIZE_MAX, SIZE_MAX - 1, SIZE_MAX - page + 2, SIZE_MAX - page + 1, SIZE_MAX - 2 * page + 1};
+    auto expect_names = [](int node, std::size_t bytes, const char* what, auto&& allocate) {
+        try {
+            allocate(bytes);
+            ADD_FAILURE() << what << ": " << bytes << " bytes allocated";
+        } catch (const placement_error& e) {
+            EXPECT_EQ(e.node(), node) << what << ", " << bytes << ": " << e.what();
+            EXPECT_EQ(e.bytes(), bytes) << what;
+            EXPECT_EQ(e.error_number(), ENOMEM) << what << ": " << e.what();
+            const std::string named = node < 0 ? "(node any," : "(node " + std::to_string(node) + ",";
+            EXPECT_TRUE(contains(e.what(), named)) << what << ": " << e.what();
+        }
+    };
+    const int n = node_count();
+    for (int node = 0; node < n; ++node)
+        for (std::size_t bytes : sizes) {
+            expect_names(node, bytes, "node_allocator", [&](std::size_t b) { (void)node_allocator<char>(node).allocate(b); });
+            expect_names(node, bytes, "node_allocator prefer degrade", [&](std::size_t b) {
+                (void)node_allocator<char>(node, node_policy::prefer, fallback::degrade).allocate(b);
+            });
+            expect_names(node, bytes, "interleaved over one node",
+                         [&](std::size_t b) { (void)interleaved_allocator<char>(node_set{node}).allocate(b); });
+            expect_names(node, bytes, "memory::allocate preferred_many one node",
+                         [&](std::size_t b) { (void)memory::allocate(b, preferred_many(node_set{node})); });
+            page_resource<on_node> pages{on_node(node)};
+            expect_names(node, bytes, "page_resource", [&](std::size_t b) { (void)pages.allocate(b, 64); });
+            node_pool_resource pool(node);
+            expect_names(node, bytes, "node_pool_resource", [&](std::size_t b) { (void)pool.allocate(b, 64); });
+        }
+    if (n < 2) return; // several nodes: -1
+    for (std::size_t bytes : sizes)
+        expect_names(-1, bytes, "interleaved over every node",
+                     [&](std::size_t b) { (void)interleaved_allocator<char>(topology::get().all()).allocate(b); });
 }
 
 TEST(placement, empty_node_set_is_invalid_placement) {
