@@ -24,6 +24,7 @@ class thread_cache {
 public:
     ~thread_cache() {
         caches().fetch_sub(1, std::memory_order_relaxed);
+        shard_users()[shard_].fetch_sub(1, std::memory_order_relaxed);
         flush_all();
         for (std::size_t h = 0; h < count_; ++h) delete[] lists_[h];
         delete[] lists_;
@@ -138,8 +139,12 @@ public:
     std::size_t cached_bytes() const noexcept { return bytes_; }
     std::size_t budget() const noexcept { return budget_; }
 
-    /// \effects in a forked child, counts this thread's cache as the only live one.
-    static void forked_child() noexcept { caches().store(current() ? 1 : 0, std::memory_order_relaxed); }
+    /// \effects in a forked child, counts this thread's cache as the only live one (of its shard).
+    static void forked_child() noexcept {
+        caches().store(current() ? 1 : 0, std::memory_order_relaxed);
+        for (std::size_t k = 0; k < heap_shards_max; ++k) shard_users()[k].store(0, std::memory_order_relaxed);
+        if (current()) shard_users()[current()->shard_].store(1, std::memory_order_relaxed);
+    }
 
     enum { none = 0, alive = 1, dead = 2 };
     // Trivially destructible thread-locals (no init guard, readable after the cache is gone).
@@ -199,15 +204,16 @@ private:
         std::size_t shrink; // the bound is cache_max >> shrink
     };
 
-    thread_cache() : count_(heap_registry::instance().size()), shard_(next_shard()) {
+    thread_cache() : count_(heap_registry::instance().size()), shard_(least_used_shard()) {
         caches().fetch_add(1, std::memory_order_relaxed);
         budget_ = budget_now();
-        lists_ = new list*[count_]();
         try {
+            lists_ = new list*[count_]();
             run_marks_ = new std::uint64_t[count_ * run_words]();
         } catch (...) { // the cache is not made (the allocation throws bad_alloc): nothing is kept
             delete[] lists_;
             caches().fetch_sub(1, std::memory_order_relaxed);
+            shard_users()[shard_].fetch_sub(1, std::memory_order_relaxed);
             throw;
         }
     }
@@ -270,10 +276,23 @@ private:
         heap_registry::instance().at(heap).give(slot, rest, given);
     }
 
-    // The shard of every node heap this thread takes its span blocks from: threads in turn.
-    static std::size_t next_shard() {
-        static std::atomic<std::size_t> n{0}; // constant-initialised
-        return n.fetch_add(1, std::memory_order_relaxed) % heap_registry::instance().shards();
+    // Live caches per shard.
+    static std::atomic<std::size_t>* shard_users() noexcept {
+        static std::atomic<std::size_t> n[heap_shards_max] = {}; // constant-initialised
+        return n;
+    }
+    // The shard of every node heap this thread takes its span blocks from: the one the fewest live
+    // caches use, the lowest on a tie, so that threads that come and go (a pool replaced, a thread per
+    // task) take from the same few shards' spans instead of leaving blocks in every shard. Two threads
+    // made at once may pick the same shard: shards are a way to spread contention, not a guarantee.
+    static std::size_t least_used_shard() noexcept {
+        const std::size_t shards = heap_registry::instance().shards();
+        std::atomic<std::size_t>* users = shard_users();
+        std::size_t best = 0;
+        for (std::size_t k = 1; k < shards; ++k)
+            if (users[k].load(std::memory_order_relaxed) < users[best].load(std::memory_order_relaxed)) best = k;
+        users[best].fetch_add(1, std::memory_order_relaxed);
+        return best;
     }
 
     // The decay without a background thread (docs/heap.md): every decay_ticks allocations a thread looks
@@ -293,7 +312,7 @@ private:
     std::uint32_t ticks_ = decay_ticks; // allocations to the next tick
     std::size_t count_;
     std::size_t shard_;
-    list** lists_;
+    list** lists_ = nullptr;
     std::size_t budget_ = max_budget; // bytes this thread may cache (budget_now at the last refill)
     std::size_t bytes_ = 0;     // cached, all slots
     std::size_t run_bytes_ = 0; // cached, page runs
