@@ -84,7 +84,7 @@ inline bool bind_with_balancing(void* p, std::size_t bytes, const node_set& node
     if (reinterpret_cast<std::uintptr_t>(p) % detail::page_size() != 0)
         detail::throw_invalid("bind_with_balancing: range not page aligned");
     if (bytes == 0) return true;
-    if (bytes > std::numeric_limits<std::uintptr_t>::max() - (detail::page_size() - 1) - reinterpret_cast<std::uintptr_t>(p))
+    if (!detail::range_end_fits(p, bytes))
         detail::throw_invalid("bind_with_balancing: a range of " + std::to_string(bytes) +
                               " bytes runs past the end of the address space");
     return detail::place(p, bytes, memory::policy_mode::bind_balancing, nodes, fb, "bind_with_balancing: ",

@@ -66,7 +66,7 @@ namespace detail {
 template <class F>
 void for_each_page_node(const void* p, std::size_t bytes, F&& f) {
     const std::size_t page = page_size();
-    if (bytes > std::numeric_limits<std::uintptr_t>::max() - (page - 1) - reinterpret_cast<std::uintptr_t>(p))
+    if (!range_end_fits(p, bytes))
         throw std::invalid_argument("numaplace::where: a range of " + std::to_string(bytes) +
                                     " bytes runs past the end of the address space");
     const auto start = reinterpret_cast<std::uintptr_t>(p) / page * page;

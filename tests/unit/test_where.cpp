@@ -150,6 +150,26 @@ TEST(where_attack, ranges_at_the_edges) {
     EXPECT_THROW(np::where(aligned, max_size - 5), std::invalid_argument);
     EXPECT_THROW(np::locality(reinterpret_cast<const double*>(aligned), max_size / 4, [](std::size_t) { return 0; }),
                  std::invalid_argument);
+    // near the end of the address space, against the exact sum: refused exactly when the range,
+    // rounded out to pages, reaches into the last page (its end rounded up would wrap); a start inside
+    // the last page too (the bound used to underflow there and let the range through, counting nothing)
+    const std::uintptr_t last = std::numeric_limits<std::uintptr_t>::max() - page + 1;
+    for (std::uintptr_t begin : {last - 2 * page, last - page - 8, last - 1, last, last + 1, last + page / 2,
+                                 std::numeric_limits<std::uintptr_t>::max()})
+        for (std::size_t bytes : {std::size_t(0), std::size_t(1), std::size_t(8), std::size_t(100), page - 1, page,
+                                  page + 1, 2 * page, 1000 * page, max_size}) {
+            std::uintptr_t end = 0; // the exact end: wraps if the sum overflows or passes the last page's start
+            const bool wraps = bytes != 0 && (__builtin_add_overflow(begin, bytes, &end) || end > last);
+            const auto* q = reinterpret_cast<const void*>(begin);
+            if (wraps) {
+                EXPECT_THROW(np::where(q, bytes), std::invalid_argument) << begin << " + " << bytes;
+            } else {
+                np::page_histogram h;
+                EXPECT_NO_THROW(h = np::where(q, bytes)) << begin << " + " << bytes;
+                EXPECT_EQ(h.pages, h.untouched) << begin << " + " << bytes; // nothing is mapped up there
+                EXPECT_EQ(h.pages, bytes == 0 ? 0 : (begin + bytes + page - 1) / page - begin / page) << begin << " + " << bytes;
+            }
+        }
     // an unmapped range: pages counted untouched
     const np::page_histogram h = np::where(reinterpret_cast<void*>(page * 16), 2 * page);
     EXPECT_EQ(h.pages, 2u);

@@ -307,6 +307,13 @@ constexpr std::size_t round_up(std::size_t value, std::size_t to) noexcept {
     return (value + to - 1) / to * to;
 }
 
+/// \returns true if [p, p + bytes) rounded out to whole pages ends within the address space (its end
+/// rounded up to a page does not wrap: a range reaching into the last page is refused). An empty range fits.
+inline bool range_end_fits(const void* p, std::size_t bytes) noexcept {
+    const std::uintptr_t top = UINTPTR_MAX - (page_size() - 1), a = reinterpret_cast<std::uintptr_t>(p);
+    return bytes == 0 || (a <= top && bytes <= top - a);
+}
+
 } // namespace detail
 } // namespace numaplace
 

@@ -57,10 +57,8 @@ inline replace_plan make_plan(const void* p, std::size_t bytes, const topology& 
     replace_plan plan;
     plan.topo = &topo;
     const std::size_t page = page_size();
-    constexpr std::uintptr_t top = std::numeric_limits<std::uintptr_t>::max();
     plan.begin = reinterpret_cast<std::uintptr_t>(p);
-    // round_up(end, page) must not wrap: the last page of the address space is refused whole.
-    if (bytes != 0 && (plan.begin > top - (page - 1) || bytes > top - (page - 1) - plan.begin))
+    if (!range_end_fits(p, bytes))
         throw_invalid("replace: a range of " + std::to_string(bytes) + " bytes runs past the end of the address space");
     plan.end = plan.begin + bytes;
     plan.first = plan.begin / page * page;
