@@ -48,7 +48,7 @@ inline bool page_range_fits(const void* p, std::size_t bytes) noexcept {
 inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcept {
     out = nullptr;
     const std::size_t page = detail::page_size();
-    if (alignment == 0 || (alignment & (alignment - 1)) != 0) return EINVAL;
+    if (!detail::is_power_of_two(alignment)) return EINVAL;
     if (alignment < page) alignment = page;
     if (bytes == 0) bytes = 1;
     if (!page_round_fits(bytes)) return ENOMEM;

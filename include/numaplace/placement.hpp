@@ -296,7 +296,8 @@ template <class Placement>
 void* allocate(std::size_t bytes, const Placement& placement, std::size_t alignment = 1) {
     const int node = numaplace::detail::error_node_of(placement, 0);
     if (!page_round_fits(bytes)) numaplace::detail::throw_placement(node, bytes, ENOMEM, "size overflow");
-    void* p = map(bytes, std::max(alignment, placement.alignment(bytes)), node);
+    // a bad alignment goes to map as it is (EINVAL), not hidden under the placement's page alignment
+    void* p = map(bytes, numaplace::detail::is_power_of_two(alignment) ? std::max(alignment, placement.alignment(bytes)) : alignment, node);
     try {
         placement.apply(p, bytes);
     } catch (...) {

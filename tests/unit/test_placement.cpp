@@ -114,6 +114,34 @@ TEST(placement, errors_of_a_one_node_placement_name_that_node_at_every_size_boun
                      [&](std::size_t b) { (void)interleaved_allocator<char>(topology::get().all()).allocate(b); });
 }
 
+// memory::allocate refuses an alignment that is not a power of two whatever its size (one below a page
+// used to vanish under the placement's page alignment), and honours every power of two.
+TEST(placement, memory_allocate_takes_only_power_of_two_alignments) {
+    const std::size_t page = detail::page_size();
+    for (int node = 0; node < node_count(); ++node) {
+        for (std::size_t bad : {std::size_t(0), std::size_t(3), std::size_t(100), page - 1, page + 1, 6000 + page, 3 * page,
+                                SIZE_MAX}) {
+            try {
+                void* p = memory::allocate(100, on_node(node), bad);
+                memory::unmap(p, 100);
+                ADD_FAILURE() << "alignment " << bad << " taken";
+            } catch (const placement_error& e) {
+                EXPECT_EQ(e.error_number(), EINVAL) << bad << ": " << e.what();
+                EXPECT_EQ(e.node(), node) << bad;
+                EXPECT_TRUE(contains(e.what(), "alignment not a power of two")) << e.what();
+            }
+            void* out = reinterpret_cast<void*>(1);
+            EXPECT_EQ(memory::try_map(100, bad, out), EINVAL) << bad;
+            EXPECT_EQ(out, nullptr);
+        }
+        for (std::size_t good : {std::size_t(1), std::size_t(2), std::size_t(64), page / 2, page, 2 * page, 2 * mib}) {
+            void* p = memory::allocate(3 * page + 5, on_node(node), good);
+            EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % std::max(good, page), 0u) << good;
+            memory::unmap(p, 3 * page + 5);
+        }
+    }
+}
+
 TEST(placement, empty_node_set_is_invalid_placement) {
     expect_invalid([] { numaplace::interleaved x(node_set{}); (void)x; }, "empty", "interleaved({})");
     expect_invalid([] { numaplace::interleaved_allocator<int> a(node_set{}); (void)a; }, "empty",

@@ -306,6 +306,7 @@ inline std::string bracketed(const std::string& line) {
 constexpr std::size_t round_up(std::size_t value, std::size_t to) noexcept {
     return (value + to - 1) / to * to;
 }
+constexpr bool is_power_of_two(std::size_t n) noexcept { return n != 0 && (n & (n - 1)) == 0; }
 
 /// \returns true if [p, p + bytes) rounded out to whole pages ends within the address space (its end
 /// rounded up to a page does not wrap: a range reaching into the last page is refused). An empty range fits.

@@ -44,7 +44,7 @@ inline std::size_t heap_class(std::size_t bytes, std::size_t alignment) noexcept
     if (bytes > heap_max_block) return heap_no_class;
     if (bytes == 0) bytes = 1;
     if (alignment <= 16) return heap_class_of(bytes);
-    if ((alignment & (alignment - 1)) != 0 || alignment > heap_max_block) return heap_no_class;
+    if (!is_power_of_two(alignment) || alignment > heap_max_block) return heap_no_class;
     const std::size_t size = (bytes + alignment - 1) & ~(alignment - 1); // no overflow: both <= 1 MiB
     if (size > heap_max_block) return heap_no_class;
     std::size_t c = heap_class_of(size);
