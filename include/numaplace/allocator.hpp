@@ -154,6 +154,8 @@ public:
     // and destruction is trivial, so a copy a node handle drops (libstdc++ 12 re-insertion) leaks nothing.
     allocator(const allocator&) noexcept = default;
     allocator& operator=(const allocator&) noexcept = default;
+    /// The rebinding copy: the same placement (a partitioned one keeps its element size: see
+    /// partitioned_allocator).
     template <class U>
     allocator(const allocator<U, Placement>& other) noexcept : placement_(other.placement()) {}
 
@@ -199,7 +201,10 @@ template <class T>
 using interleaved_allocator = allocator<T, interleaved>;
 /// Contiguous blocks of the array on successive nodes, per a `partition<T>` shared with `parallel_for`:
 /// `partitioned_allocator<double> a(partition<double>(n));` or `partitioned_allocator<double> a;` (the
-/// default partition of double). Takes only a `partition<T>` (another element type does not compile).
+/// default partition of double). Takes only a `partition<T>` (another element type does not compile). A
+/// rebound copy (`partitioned_allocator<U>(a)`, what node-based containers make for their nodes) keeps
+/// the original's partition, whose units are T's: allocations are split by it, and `partition_of` /
+/// `parallel_for` refuse it for another element size (invalid_placement).
 template <class T>
 using partitioned_allocator = allocator<T, partitioned>;
 

@@ -197,7 +197,8 @@ private:
 /// pages bound to node k. An allocation of `bytes` is split by the layout's split of
 /// ceil(bytes / unit bytes) units (whole rows for a rows partition), the very formula the container's
 /// loop uses (`partition_of`). The placement itself is untyped; `partitioned_allocator<T>` takes only a
-/// `partition<T>` and rejects a placement of another element size.
+/// `partition<T>` and rejects a placement of another element size (but for its rebinding copy, which
+/// containers make for their nodes: see partitioned_allocator).
 class partitioned {
 public:
     /// \effects places by `part`'s layout (its nodes, weights, unit, geometry, edge policy; its size does
