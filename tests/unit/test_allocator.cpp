@@ -4,6 +4,7 @@
 // node. Where each placement puts the pages: test_placement; the Allocator requirements with every std
 // container: tests/conformance.
 #include <numaplace/allocator.hpp>
+#include <numaplace/parallel_for.hpp>
 #include <numaplace/replace.hpp>
 #include <numaplace/where.hpp>
 
@@ -96,6 +97,17 @@ TEST(allocator, partitioned_placement_of_another_element_size_is_rejected_at_con
     partitioned_allocator<double> d(partition<double>(100));
     partitioned_allocator<char> c(d);
     EXPECT_EQ(c.placement(), d.placement());
+    // ... and its element size: a vector of float through it is split by 8-byte units, so the loop
+    // and partition_of refuse it, naming both sizes
+    std::vector<float, partitioned_allocator<float>> v(1000, 1.0f, partitioned_allocator<float>(d));
+    EXPECT_EQ(v.get_allocator().placement().element_size(), sizeof(double));
+    try {
+        (void)partition_of(v);
+        ADD_FAILURE() << "partition_of took a partition of 8-byte elements for floats";
+    } catch (const invalid_placement& e) {
+        EXPECT_NE(std::string(e.what()).find("8-byte elements used for 4-byte elements"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(parallel_for(v, [&](std::size_t i) { v[i] = 2.0f; }), invalid_placement);
 }
 
 TEST(allocator, small_allocations_come_from_the_node_pool_not_one_mapping_each) {
