@@ -550,6 +550,14 @@ static int run_rss_child(const std::function<int(std::size_t tolerance, std::siz
     if (std::getenv("NUMAPLACE_TEST_FRESH_PROCESS")) return body(tolerance, volume); // the executed copy
     return numaplace_test::rerun_current_test("NUMAPLACE_TEST_FRESH_PROCESS", {}, 300);
 }
+// run_rss_child in a process started with NUMAPLACE_HEAP_SHARDS=`shards`.
+static int run_rss_child_with_shards(const char* shards, const std::function<int(std::size_t, std::size_t)>& body) {
+    if (std::getenv("NUMAPLACE_TEST_FRESH_PROCESS")) return run_rss_child(body);
+    ::setenv("NUMAPLACE_HEAP_SHARDS", shards, 1);
+    const int code = run_rss_child(body);
+    ::unsetenv("NUMAPLACE_HEAP_SHARDS");
+    return code;
+}
 
 // A README-only user program: 100 MiB of 1 MiB blocks freed, then a steady loop whose allocations all
 // hit the thread cache (no operation reaches a heap) kept the 100 MiB resident for good. The decay's tick
@@ -1465,9 +1473,7 @@ TEST(heap, the_shard_count_from_the_environment_takes_1_to_16_and_refuses_anythi
         const auto log = degradations();
         return std::any_of(log.begin(), log.end(), [](const std::string& m) { return m.find("NUMAPLACE_HEAP_SHARDS=\"0\"") != std::string::npos; }) ? 0 : 4;
     };
-    ::setenv("NUMAPLACE_HEAP_SHARDS", "0", 1);
-    const int code = run_rss_child(body);
-    ::unsetenv("NUMAPLACE_HEAP_SHARDS");
+    const int code = run_rss_child_with_shards("0", body);
     EXPECT_EQ(code, 0) << "2: not one shard, 3/4: the refusal not recorded";
 }
 
@@ -1536,10 +1542,8 @@ TEST(heap, with_shards_a_thread_takes_the_least_used_shard_and_gives_it_back_whe
         if (shard_of_new_thread() != 1) return 7; // all ended: shard 1 again
         return 0;
     };
-    ::setenv("NUMAPLACE_HEAP_SHARDS", "4", 1);
-    const int code = run_rss_child(body);
-    ::unsetenv("NUMAPLACE_HEAP_SHARDS");
-    EXPECT_EQ(code, 0) << "2: the first cache not in shard 0, 3: threads one after another spread over shards, "
+    const int code = run_rss_child_with_shards("4", body);
+    EXPECT_EQ(code, 0) << "1: not 4 shards, 2: the first cache not in shard 0, 3: threads one after another spread over shards, "
                           "4: threads alive together not spread in order, 5: not the lowest on a tie, "
                           "6: a forked child counted the parent's threads, 7: ended threads still counted";
 }
@@ -1611,9 +1615,7 @@ TEST(heap, with_shards_each_thread_takes_from_its_own_and_every_block_goes_back_
         }
         return mixed_ok ? 0 : 10;
     };
-    ::setenv("NUMAPLACE_HEAP_SHARDS", "4", 1);
-    const int code = run_rss_child(body);
-    ::unsetenv("NUMAPLACE_HEAP_SHARDS");
+    const int code = run_rss_child_with_shards("4", body);
     EXPECT_EQ(code, 0) << "1: not 4 shards, 2/4/6/8/9: no thread of the shard, 3: a block from another shard's span, "
                           "5: shard 2 got shard 1's freed blocks, 7: shard 1's refill did not take them, "
                           "10: a list of two shards' blocks went back to one";
