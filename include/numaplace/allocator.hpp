@@ -50,14 +50,14 @@ inline void release_cached_memory() noexcept {
 
 /// \returns how many span heaps each node's heap is split into: the environment's NUMAPLACE_HEAP_SHARDS
 /// when the heaps were made (1 to 16; unset: 1; anything else: 1, recorded in `degradations()`). With
-/// n > 1 the threads take small blocks from the n shards in turn and a block goes back to its own: threads
-/// freeing each other's blocks share less (8 producer/consumer pairs with 8 shards: 1.2x faster, 1.7x
-/// where moving a cache line between CPUs is slow), at more memory (that workload's peak 1.6x, a
-/// larson-style server's 4x: docs/heap.md). \throws what making the heaps throws (the topology, bad_alloc).
+/// n > 1 a thread takes small blocks from the shard the fewest live threads use, and a block goes back to
+/// its own: threads freeing each other's blocks share less (8 producer/consumer pairs with 8 shards: 1.2x
+/// faster, 1.7x where moving a cache line between CPUs is slow), at more memory (that workload's peak
+/// 1.6x; a larson-style server replacing its threads 1.5x: docs/heap.md). \throws what making the heaps throws (the topology, bad_alloc).
 inline std::size_t heap_shards() { return detail::heap_registry::instance().shards(); }
 
 /// \effects with a positive `period`, starts a background thread that runs the decay every `period`:
-/// free runs, cached large blocks and cached own mappings unused for a second go back to the kernel
+/// free runs, empty spans, cached large blocks and cached own mappings unused for a second go back to the kernel
 /// even when no thread allocates or frees any more (without it they go back when a thread's 1024th
 /// allocation since it last looked finds the decay due, at the heaps' next operation, or at
 /// release_cached_memory()). A zero period stops it (at its next wake-up); a new call

@@ -7,9 +7,8 @@
 /// frees any more. State in constant-initialised atomics (no lock): a thread runs while its generation
 /// is the current one; a new call or a fork makes a new generation. Design: docs/heap.md.
 
+#include "decay.hpp"
 #include "fork.hpp"
-#include "heap/registry.hpp"
-#include "placed_cache.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -22,12 +21,6 @@ namespace detail {
 inline std::atomic<std::int64_t> background_period_ms{0}; ///< 0: no background release
 inline std::atomic<std::uint64_t> background_generation{0};
 inline std::atomic<unsigned> background_threads{0}; ///< threads running (for tests)
-
-/// \effects the decay of every heap and of the cached own mappings, now. Never allocates.
-inline void decay_everything_now() noexcept {
-    heap_registry::decay_now();
-    if (placed_cache* cache = placed_cache::cell().peek()) cache->decay_now();
-}
 
 /// \effects runs the decay every period while `generation` is the current one.
 inline void background_release_loop(std::uint64_t generation) noexcept {

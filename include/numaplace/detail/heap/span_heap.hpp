@@ -159,18 +159,30 @@ public:
         return n;
     }
 
-    /// \effects the decay of parked blocks: a class neither taken from nor given to since the previous
-    /// call returns its remote stack and transfer lists to their spans (a block parked there keeps its
-    /// whole span resident), and spares beyond the bound go to the cache. Never allocates; skips a class
-    /// whose lock is held.
+    /// \effects the decay of what is kept for reuse: a class neither taken from nor given to since the
+    /// previous call returns its remote stack and transfer lists to their spans (a block parked there
+    /// keeps its whole span resident) and gives its spares to the cache; a cache of empty spans neither
+    /// used nor given to since the previous call gives the pages of its resident spans back (they stay
+    /// mapped, their headers kept). Never allocates; skips a class whose lock is held.
     void decay_now() noexcept {
         for (std::size_t c = 0; c < heap_class_count; ++c) {
             std::unique_lock<std::mutex> lock(class_mutex_[c], std::try_to_lock);
             if (!lock.owns_lock()) continue;
             if (touched_[c].exchange(false, std::memory_order_relaxed)) continue;
             return_parked(c);
-            trim_spares(c);
+            trim_spares(c, true);
         }
+        std::unique_lock<std::mutex> lock(span_mutex_, std::try_to_lock);
+        if (!lock.owns_lock() || cache_touched_) {
+            cache_touched_ = false;
+            return;
+        }
+        for (std::size_t b = 0; b < span_buckets; ++b)
+            while (heap_span* s = hot_[b]) {
+                hot_[b] = s->next;
+                hot_bytes_ -= s->bytes;
+                to_cold(s, b);
+            }
     }
 
     /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
@@ -322,6 +334,7 @@ private:
     void release(heap_span* s) noexcept {
         std::lock_guard<std::mutex> lock(span_mutex_);
         in_use_ -= s->bytes;
+        cache_touched_ = true;
         const std::size_t b = bucket(s->bytes);
         if (hot_bytes_ + s->bytes <= cache_floor) {
             s->next = hot_[b];
@@ -329,6 +342,11 @@ private:
             hot_bytes_ += s->bytes;
             return;
         }
+        to_cold(s, b);
+    }
+    // \effects gives span s's pages but its header's back and keeps it in the cold cache of bucket b,
+    // then unmaps the coldest spans while the cold ones are over their limit (under span_mutex_).
+    void to_cold(heap_span* s, std::size_t b) noexcept {
         const std::size_t page = page_size();
         os_advise(reinterpret_cast<char*>(s) + page, s->bytes - page, page_advice::dont_need);
         s->next = cold_[b];
@@ -343,6 +361,7 @@ private:
             }
     }
     heap_span* reuse(std::size_t bytes) noexcept {
+        cache_touched_ = true;
         const std::size_t b = bucket(bytes);
         if (heap_span* s = hot_[b]) {
             hot_[b] = s->next;
@@ -391,6 +410,7 @@ private:
     heap_span* hot_[span_buckets] = {};
     heap_span* cold_[span_buckets] = {};
     std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
+    bool cache_touched_ = false; // a span taken from or given to the cache since the last decay_now
     std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
     std::uint8_t shard_ = 0;
 };

@@ -7,6 +7,7 @@
 /// through it to the heaps. Design: docs/heap.md.
 
 #include "../config.hpp"
+#include "../decay.hpp"
 #include "registry.hpp"
 #include "run_marks.hpp"
 #include "size_classes.hpp"
@@ -297,7 +298,8 @@ private:
 
     // The decay without a background thread (docs/heap.md): every decay_ticks allocations a thread looks
     // at the clock, and the first thread to find a quarter of the decay time passed since the last
-    // look of any thread runs every heap's decay (what background_release() runs), so freed memory goes
+    // look of any thread runs the decay of every heap and of the cached own mappings (what
+    // background_release() runs), so freed memory goes
     // back even while every allocation is served from a thread cache. Never allocates; holds no lock.
     static constexpr std::uint32_t decay_ticks = 1024;
     NUMAPLACE_NOINLINE void tick() noexcept {
@@ -306,7 +308,7 @@ private:
         const std::int64_t now = os_now_ms();
         std::int64_t seen = last.load(std::memory_order_relaxed);
         if (now - seen < run_decay_ms / 4 || !last.compare_exchange_strong(seen, now, std::memory_order_relaxed)) return;
-        heap_registry::decay_now();
+        decay_everything_now();
     }
 
     std::uint32_t ticks_ = decay_ticks; // allocations to the next tick
