@@ -140,8 +140,9 @@ inline std::vector<std::size_t> static_weights(std::size_t n, const team& tm) {
 } // namespace detail
 
 /// \returns the partition of `n` elements of T that `schedule(static)` gives `tm`: the block of each of
-/// its nodes holds the iterations of that node's threads, its edges on pages as every partition's (an
-/// edge moves by less than a page's elements).
+/// its nodes holds the iterations of that node's threads, its edges aligned as every partition's (an
+/// edge moves by less than an edge step: a page's elements, or a huge page's where the edges are
+/// huge-page aligned, as `edge_alignment::automatic` makes them for large blocks with THP on).
 /// \throws invalid_placement (see partition).
 template <class T>
 partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
