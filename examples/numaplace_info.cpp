@@ -136,6 +136,7 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
     }
     os << "],\n  \"distances_known\": " << json_bool(caps.distances_known) << ",\n  \"capabilities\": {"
        << "\"nodes\": " << caps.nodes << ", \"system_nodes\": " << caps.system_nodes
+       << ", \"probed\": " << json_bool(caps.probed)
        << ", \"memory_binding\": " << json_bool(caps.memory_binding)
        << ", \"memory_binding_errno\": " << caps.memory_binding_errno
        << ", \"page_query\": " << json_bool(caps.page_query) << ", \"page_query_errno\": " << caps.page_query_errno

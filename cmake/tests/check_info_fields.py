@@ -23,7 +23,7 @@ TEXT_TO_JSON = {
                       "nodes[].memory_total_bytes"],
     "distances": ["distances", "distances_known"],
     "distances (not given by firmware; assumed)": ["distances", "distances_known"],
-    "memory binding (mbind)": ["capabilities.memory_binding", "capabilities.memory_binding_errno"],
+    "memory binding (mbind)": ["capabilities.memory_binding", "capabilities.memory_binding_errno", "capabilities.probed"],
     "page query (move_pages)": ["capabilities.page_query", "capabilities.page_query_errno"],
     "cpu binding (hwloc)": ["capabilities.cpu_binding", "capabilities.cpu_binding_errno"],
     "MPOL_PREFERRED_MANY": ["capabilities.preferred_many"],

@@ -42,20 +42,26 @@ inline void print_report(std::ostream& os, const topology& topo = topology::get(
         os << '\n';
     }
     auto yes_no = [](bool b) { return b ? "yes" : "NO"; };
-    os << "memory binding (mbind):      " << yes_no(caps.memory_binding);
-    if (!caps.memory_binding)
-        os << " (errno " << caps.memory_binding_errno << ": strict placements throw, degrading ones fall back to first touch)";
-    os << "\npage query (move_pages):     " << yes_no(caps.page_query);
-    if (!caps.page_query) os << " (errno " << caps.page_query_errno << ": where() cannot report)";
-    os << "\ncpu binding (hwloc):         " << yes_no(caps.cpu_binding);
-    if (!caps.cpu_binding) os << " (errno " << caps.cpu_binding_errno << ": threads cannot be pinned)";
-    os << "\nMPOL_PREFERRED_MANY:         " << yes_no(caps.preferred_many);
-    if (!caps.preferred_many) os << " (preferred_many strict throws; degrading prefers the first node)";
-    os << "\nMPOL_WEIGHTED_INTERLEAVE:    " << yes_no(caps.weighted_interleave)
-       << " (numaplace weights interleave per page run itself; the kernel's weights are system-wide)";
-    os << "\nMPOL_F_NUMA_BALANCING:       " << yes_no(caps.numa_balancing_bind)
-       << (caps.numa_balancing_bind ? " (bind_with_balancing: bound pages may migrate among their nodes)"
-                                    : " (bind_with_balancing strict throws; degrading binds without it)");
+    if (!caps.probed) { // a topology that is not this system's: the kernel was not asked
+        for (const char* line : {"memory binding (mbind):      ", "\npage query (move_pages):     ", "\ncpu binding (hwloc):         ",
+                                 "\nMPOL_PREFERRED_MANY:         ", "\nMPOL_WEIGHTED_INTERLEAVE:    ", "\nMPOL_F_NUMA_BALANCING:       "})
+            os << line << "not probed (the topology is not this system's)";
+    } else {
+        os << "memory binding (mbind):      " << yes_no(caps.memory_binding);
+        if (!caps.memory_binding)
+            os << " (errno " << caps.memory_binding_errno << ": strict placements throw, degrading ones fall back to first touch)";
+        os << "\npage query (move_pages):     " << yes_no(caps.page_query);
+        if (!caps.page_query) os << " (errno " << caps.page_query_errno << ": where() cannot report)";
+        os << "\ncpu binding (hwloc):         " << yes_no(caps.cpu_binding);
+        if (!caps.cpu_binding) os << " (errno " << caps.cpu_binding_errno << ": threads cannot be pinned)";
+        os << "\nMPOL_PREFERRED_MANY:         " << yes_no(caps.preferred_many);
+        if (!caps.preferred_many) os << " (preferred_many strict throws; degrading prefers the first node)";
+        os << "\nMPOL_WEIGHTED_INTERLEAVE:    " << yes_no(caps.weighted_interleave)
+           << " (numaplace weights interleave per page run itself; the kernel's weights are system-wide)";
+        os << "\nMPOL_F_NUMA_BALANCING:       " << yes_no(caps.numa_balancing_bind)
+           << (caps.numa_balancing_bind ? " (bind_with_balancing: bound pages may migrate among their nodes)"
+                                        : " (bind_with_balancing strict throws; degrading binds without it)");
+    }
     os << "\ntransparent huge pages:      " << caps.thp;
     os << "\nmemory attributes (HMAT):    " << yes_no(caps.memory_attributes)
        << (caps.memory_attributes ? " (memory tiers: tiers.hpp)" : " (no bandwidth or latency from the firmware: memory tiers unknown)");

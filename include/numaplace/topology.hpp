@@ -71,6 +71,9 @@ struct node {
 struct capabilities {
     std::size_t nodes = 0;            ///< nodes this process may use
     std::size_t system_nodes = 0;     ///< nodes the kernel has online (cpuset restrictions may hide some)
+    bool probed = false;              ///< the kernel was asked; false for a topology that is not this
+                                      ///< system's (synthetic, XML, HWLOC_XMLFILE): the answers below
+                                      ///< but `nodes` and the firmware's are then unknown
     bool memory_binding = false;      ///< `mbind(MPOL_BIND)` works
     int memory_binding_errno = 0;     ///< why not (EPERM: a seccomp filter or container policy)
     bool page_query = false;          ///< `move_pages` query works (needed by `where`)
@@ -386,6 +389,7 @@ private:
     // whether the sandbox lets us use it.
     void probe() {
         using namespace detail;
+        caps_.probed = true;
         {
             std::string online = read_line("/sys/devices/system/node/online");
             std::size_t total = 0;

@@ -152,6 +152,23 @@ TEST(topology, synthetic_topologies_have_the_requested_nodes) {
     }
     EXPECT_FALSE(t->is_this_system());
     EXPECT_THROW(topology::from_synthetic("this is not a topology"), numaplace::invalid_placement);
+    // not this system's: the kernel was not asked, and the report says so instead of "NO (errno 0: ...)"
+    EXPECT_FALSE(t->capabilities().probed);
+    EXPECT_TRUE(topology::get().capabilities().probed);
+    std::ostringstream os;
+    numaplace::print_report(os, *t);
+    const std::string r = os.str();
+    for (const char* key : {"memory binding (mbind):", "page query (move_pages):", "cpu binding (hwloc):", "MPOL_PREFERRED_MANY:",
+                            "MPOL_WEIGHTED_INTERLEAVE:", "MPOL_F_NUMA_BALANCING:"}) {
+        const std::size_t at = r.find(key);
+        ASSERT_NE(at, std::string::npos) << key;
+        const std::string line = r.substr(at, r.find('\n', at) - at);
+        EXPECT_NE(line.find("not probed (the topology is not this system's)"), std::string::npos) << line;
+    }
+    EXPECT_EQ(r.find("errno 0"), std::string::npos) << r;
+    std::ostringstream mine;
+    numaplace::print_report(mine);
+    EXPECT_EQ(mine.str().find("not probed"), std::string::npos) << mine.str();
 }
 
 TEST(topology, get_is_one_snapshot_shared_by_threads) {
