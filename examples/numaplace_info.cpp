@@ -66,9 +66,41 @@ std::string loaded_path(const char* fragment) {
     return s.path;
 }
 
+// The length of the well-formed UTF-8 sequence at s[i] (Unicode's table 3-7), or 0.
+std::size_t utf8_length(const std::string& s, std::size_t i) {
+    const auto at = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+    const unsigned b = at(0);
+    const auto tail = [&](std::size_t k) { return at(k) >= 0x80 && at(k) <= 0xbf; };
+    if (b < 0x80) return 1;
+    if (b >= 0xc2 && b <= 0xdf) return tail(1) ? 2 : 0;
+    if (b >= 0xe0 && b <= 0xef) {
+        const unsigned lo = b == 0xe0 ? 0xa0 : 0x80, hi = b == 0xed ? 0x9f : 0xbf;
+        return at(1) >= lo && at(1) <= hi && tail(2) ? 3 : 0;
+    }
+    if (b >= 0xf0 && b <= 0xf4) {
+        const unsigned lo = b == 0xf0 ? 0x90 : 0x80, hi = b == 0xf4 ? 0x8f : 0xbf;
+        return at(1) >= lo && at(1) <= hi && tail(2) && tail(3) ? 4 : 0;
+    }
+    return 0;
+}
+
+// A JSON string: valid UTF-8 kept, a byte that is not (a path or message with other bytes) as U+FFFD.
 std::string json_string(const std::string& s) {
     std::string out = "\"";
-    for (char c : s) {
+    for (std::size_t i = 0; i < s.size();) {
+        const char c = s[i];
+        const std::size_t n = utf8_length(s, i);
+        if (n == 0) {
+            out += "\\ufffd";
+            ++i;
+            continue;
+        }
+        if (n > 1) {
+            out.append(s, i, n);
+            i += n;
+            continue;
+        }
+        ++i;
         switch (c) {
         case '"': out += "\\\""; break;
         case '\\': out += "\\\\"; break;

@@ -1516,6 +1516,14 @@ TEST(heap, the_shard_count_from_the_environment_takes_1_to_16_and_refuses_anythi
         EXPECT_EQ(detail::heap_registry::shards_from(bad, why), 1u) << bad;
         EXPECT_NE(why.find(std::string("NUMAPLACE_HEAP_SHARDS=\"") + bad + "\""), std::string::npos) << why;
     }
+    // a value that is not text is quoted printably: the message stays one line of ASCII
+    for (const auto& odd : std::vector<std::pair<const char*, const char*>>{{"\xff\xfe", "\"\\xff\\xfe\""},
+                                                                          {"4\n", "\"4\\x0a\""},
+                                                                          {"a\"b\\", "\"a\\\"b\\\\\""}}) {
+        EXPECT_EQ(detail::heap_registry::shards_from(odd.first, why), 1u);
+        EXPECT_NE(why.find(std::string("NUMAPLACE_HEAP_SHARDS=") + odd.second), std::string::npos) << why;
+        EXPECT_TRUE(std::all_of(why.begin(), why.end(), [](char c) { return c >= 0x20 && c < 0x7f; })) << why;
+    }
     // a process started with a bad value: one shard, and the refusal in the degradation log
     const auto body = [](std::size_t, std::size_t) {
         if (std::getenv("NUMAPLACE_HEAP_SHARDS") == nullptr) return 1;

@@ -303,6 +303,27 @@ inline std::string bracketed(const std::string& line) {
     return line.substr(open + 1, close - open - 1);
 }
 
+/// \returns `value` in double quotes, printable: bytes outside printable ASCII as \xHH, `"` and `\` escaped
+/// (an environment variable's value quoted in a message stays one line of text).
+inline std::string quoted(const char* value) {
+    std::string out = "\"";
+    for (const char* c = value; *c; ++c) {
+        const auto b = static_cast<unsigned char>(*c);
+        if (b == '"' || b == '\\') {
+            out += '\\';
+            out += *c;
+        } else if (b >= 0x20 && b < 0x7f) {
+            out += *c;
+        } else {
+            const char* hex = "0123456789abcdef";
+            out += "\\x";
+            out += hex[b >> 4];
+            out += hex[b & 15];
+        }
+    }
+    return out + "\"";
+}
+
 constexpr std::size_t round_up(std::size_t value, std::size_t to) noexcept {
     return (value + to - 1) / to * to;
 }

@@ -43,7 +43,7 @@ public:
         const char* c = value;
         for (; *c >= '0' && *c <= '9' && n <= heap_shards_max; ++c) n = n * 10 + static_cast<std::size_t>(*c - '0');
         if (c != value && *c == '\0' && n >= 1 && n <= heap_shards_max) return n;
-        refusal = "NUMAPLACE_HEAP_SHARDS=\"" + std::string(value) + "\" is not a whole number from 1 to " +
+        refusal = "NUMAPLACE_HEAP_SHARDS=" + quoted(value) + " is not a whole number from 1 to " +
                   std::to_string(heap_shards_max) + ": the heaps use 1 shard";
         return 1;
     }
