@@ -286,7 +286,9 @@ int main(int argc, char** argv) {
     try {
         const auto& topo = numaplace::topology::get();
         numaplace::arena_report arenas = numaplace::arena_capabilities();
-        if (arenas.tbb_numa_nodes.empty()) { // one node with CPUs: the loops do not ask oneTBB; this tool does
+        // One node with CPUs: the loops do not ask oneTBB; this tool does, about this system only (tbbbind
+        // reads HWLOC_XMLFILE too, and crashes on an XML hwloc refused: the topology's stand-in then)
+        if (arenas.tbb_numa_nodes.empty() && topo.is_this_system()) {
             for (int id : tbb::info::numa_nodes()) arenas.tbb_numa_nodes.push_back(id);
             arenas.tbbbind_loaded = !loaded_path("libtbbbind").empty();
         }

@@ -272,7 +272,22 @@ private:
 #endif
             }
         }
-        load(t.get());
+        if (hwloc_topology_load(t.get()) != 0) {
+            // hwloc refused what it was told to read (HWLOC_XMLFILE naming an XML it cannot use, e.g. one
+            // without a NUMA node): one node with this process's CPU count is assumed, not this system's
+            const char* xml = std::getenv("HWLOC_XMLFILE");
+            cpu_set_t set;
+            const int count = detail::os_thread_affinity(set) == 0 ? CPU_COUNT(&set) : 0;
+            const std::string cpus = std::to_string(count > 0 ? count : 1);
+            record(std::string("hwloc could not load the topology") +
+                   (xml ? " from HWLOC_XMLFILE=" + detail::quoted(xml) : std::string()) + ": one node with " + cpus +
+                   " CPUs assumed (not this system's: capabilities not probed, CPU numbers may not be the kernel's)");
+            t = make_empty();
+            if (hwloc_topology_set_synthetic(t.get(), ("numa:1 pu:" + cpus).c_str()) != 0)
+                detail::throw_invalid("hwloc could not load the topology, nor a one-node stand-in");
+            load(t.get());
+            return t;
+        }
 
         if (!hwloc_topology_is_thissystem(t.get())) {
             record("hwloc loaded a topology that is not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC or "
