@@ -173,7 +173,8 @@ public:
             trim_spares(c, true);
         }
         std::unique_lock<std::mutex> lock(span_mutex_, std::try_to_lock);
-        if (!lock.owns_lock() || cache_touched_) {
+        if (!lock.owns_lock()) return;
+        if (cache_touched_) {
             cache_touched_ = false;
             return;
         }
