@@ -32,8 +32,10 @@ const char* const usage_text =
     "  --json   the same as one JSON object (nodes, distances, capabilities, degradations, tbb)\n"
     "  --help   this text\n";
 
-/// Free memory of a node in bytes, from /sys/devices/system/node/node<os>/meminfo; -1 if unreadable.
-std::int64_t free_bytes(unsigned os_index) {
+/// Free memory of a node in bytes, from /sys/devices/system/node/node<os>/meminfo; -1 if unreadable or
+/// when the topology is not this system's (its nodes are not the kernel's).
+std::int64_t free_bytes(const numaplace::topology& topo, unsigned os_index) {
+    if (!topo.is_this_system()) return -1;
     std::ifstream in("/sys/devices/system/node/node" + std::to_string(os_index) + "/meminfo");
     std::string line;
     while (std::getline(in, line)) {
@@ -153,7 +155,7 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
         os << (first ? "\n" : ",\n") << "    {\"id\": " << n.id << ", \"os_index\": " << n.os_index
            << ", \"cpus\": " << json_numbers(n.cpus) << ", \"cores\": " << n.cores
            << ", \"memory_total_bytes\": " << n.memory << ", \"memory_free_bytes\": ";
-        const std::int64_t free = free_bytes(n.os_index);
+        const std::int64_t free = free_bytes(topo, n.os_index);
         if (free < 0) os << "null"; else os << free;
         os << '}';
         first = false;
@@ -236,7 +238,7 @@ void print_text(std::ostream& os, const numaplace::topology& topo, const numapla
     os << "memory per node (numactl -H):\n";
     for (const auto& n : topo.nodes()) {
         os << "  node " << n.id << " size: " << (n.memory >> 20) << " MiB, free: ";
-        const std::int64_t free = free_bytes(n.os_index);
+        const std::int64_t free = free_bytes(topo, n.os_index);
         if (free < 0) os << "unknown"; else os << (static_cast<std::uint64_t>(free) >> 20) << " MiB";
         os << '\n';
     }
@@ -267,12 +269,11 @@ int write_failed(int error) {
 } // namespace
 
 int main(int argc, char** argv) {
-    bool json = false;
-    for (int i = 1; i < argc; ++i) {
+    bool json = false, help = false;
+    for (int i = 1; i < argc; ++i) { // every argument checked before any is acted on
         if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
-            if (::fcntl(1, F_GETFD) == -1) return write_failed(errno);
-            const int error = write_stdout(usage_text);
-            return error ? write_failed(error) : 0;
+            help = true;
+            continue;
         }
         if (std::strcmp(argv[i], "--json") == 0) {
             json = true;
@@ -280,6 +281,11 @@ int main(int argc, char** argv) {
         }
         std::cerr << "numaplace-info: unknown option '" << argv[i] << "' (see numaplace-info --help)\n";
         return 2;
+    }
+    if (help) {
+        if (::fcntl(1, F_GETFD) == -1) return write_failed(errno);
+        const int error = write_stdout(usage_text);
+        return error ? write_failed(error) : 0;
     }
     // A closed stdout fails now, before a file opened while loading could take descriptor 1.
     if (::fcntl(1, F_GETFD) == -1) return write_failed(errno);

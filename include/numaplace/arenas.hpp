@@ -37,7 +37,8 @@ enum class pinning {
     single_node, ///< one node with CPUs: plain oneTBB, nothing to pin, no extra cost
     tbbbind,     ///< oneTBB's own `constraints{numa_id}` (libtbbbind loaded and agrees with our ids)
     hwloc,       ///< tbbbind unavailable or ineffective: an observer pins entering threads through hwloc
-    none         ///< pinning was tried and did not take effect: blocks run unpinned (a degradation)
+    none         ///< blocks run unpinned (a degradation): pinning did not take effect, or the topology is
+                 ///< not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC: blocks run in the caller's arena)
 };
 
 /// \returns a one-line description of `p`.
@@ -46,7 +47,7 @@ inline const char* name(pinning p) noexcept {
     case pinning::single_node: return "single node (plain oneTBB)";
     case pinning::tbbbind: return "oneTBB constraints (tbbbind)";
     case pinning::hwloc: return "hwloc observer";
-    case pinning::none: return "NONE (pinning did not take effect; blocks run unpinned)";
+    case pinning::none: return "NONE (blocks run unpinned)";
     }
     return "?";
 }
@@ -266,6 +267,14 @@ private:
             report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
             report_.pinning = pinning::single_node;
             report_.reason = "one node with CPUs";
+            return;
+        }
+        if (!topo.is_this_system()) { // tbbbind would load the same foreign topology (and may crash on it)
+            report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
+            report_.pinning = pinning::none;
+            report_.reason = "the topology is not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC or HWLOC_FSROOT): "
+                             "oneTBB is not asked and every block runs in the caller's arena, unpinned";
+            detail::degradation_log::instance().record("parallel_for: " + report_.reason);
             return;
         }
         for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);

@@ -18,7 +18,10 @@ namespace numaplace {
 inline void print_report(std::ostream& os, const topology& topo = topology::get()) {
     const auto& caps = topo.capabilities();
     os << "nodes: " << topo.size() << " usable";
-    if (caps.system_nodes != topo.size()) os << " of " << caps.system_nodes << " online (cpuset restricts the rest)";
+    if (caps.system_nodes > topo.size())
+        os << " of " << caps.system_nodes << " online (the cpuset or hwloc's settings hide the rest)";
+    else if (caps.system_nodes < topo.size())
+        os << ", but the kernel has " << caps.system_nodes << " online (the topology read is not the kernel's)";
     os << '\n';
     for (const auto& n : topo.nodes()) {
         os << "node " << n.id << " (os " << n.os_index << "): ";

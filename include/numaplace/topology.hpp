@@ -105,7 +105,9 @@ public:
         return from_source([&](hwloc_topology_t t) { return hwloc_topology_set_synthetic(t, description.c_str()); },
                            "hwloc rejected synthetic topology '" + description + "'");
     }
-    /// \returns a topology from an hwloc XML file (`lstopo file.xml`).
+    /// \returns a topology from an hwloc XML file (`lstopo file.xml`). As from the kernel, each CPU
+    /// belongs to one node: a node that hwloc gives CPUs another node (with fewer, or as many and a
+    /// lower OS index) already has is memory-only (an HMAT or CXL node attached to a socket).
     static std::unique_ptr<topology> from_xml(const std::string& path) {
         return from_source([&](hwloc_topology_t t) { return hwloc_topology_set_xml(t, path.c_str()); },
                            "hwloc cannot read XML topology '" + path + "'");
@@ -232,13 +234,16 @@ private:
                 if (n.cores == 0) n.cores = n.cpus.size();
             }
             kernel_cpus_only(n);
+            nodes_.push_back(std::move(n));
+        }
+        if (!is_this_system()) cpus_owned_once();
+        for (const node& n : nodes_) {
             if (os_to_id_.size() <= n.os_index) os_to_id_.resize(n.os_index + 1, -1);
             os_to_id_[n.os_index] = n.id;
             for (unsigned cpu : n.cpus) {
                 if (cpu_to_node_.size() <= cpu) cpu_to_node_.resize(cpu + 1, -1);
                 cpu_to_node_[cpu] = n.id;
             }
-            nodes_.push_back(std::move(n));
         }
         read_distances();
         read_memory_attributes();
@@ -258,6 +263,32 @@ private:
                                     [&](unsigned c) { return std::find(kernel.begin(), kernel.end(), c) == kernel.end(); }),
                      n.cpus.end());
         if (n.cpus.size() != before) n.cores = n.cpus.empty() ? 0 : n.cpus.size(); // a CPU-less node, or (never seen) a split core
+    }
+
+    // The same for a topology that is not this system's (XML, synthetic), which has no kernel to ask: a
+    // CPU belongs to one node, as in the kernel. Nodes claim their CPUs from the smallest cpuset up (the
+    // lowest OS index first among equal ones); a node whose CPUs are all claimed is memory-only. So an
+    // HMAT or CXL node attached to a socket or to the machine (hwloc gives it that cpuset), or a second
+    // node of a socket (KNL's MCDRAM, HBM in flat mode), has no CPUs, as on the machine it came from.
+    void cpus_owned_once() {
+        std::vector<std::size_t> order(nodes_.size());
+        for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+            const node &x = nodes_[a], &y = nodes_[b];
+            return x.cpus.size() != y.cpus.size() ? x.cpus.size() < y.cpus.size() : x.os_index < y.os_index;
+        });
+        std::vector<bool> claimed;
+        for (std::size_t i : order) {
+            node& n = nodes_[i];
+            const auto before = n.cpus.size();
+            n.cpus.erase(std::remove_if(n.cpus.begin(), n.cpus.end(), [&](unsigned c) { return c < claimed.size() && claimed[c]; }),
+                         n.cpus.end());
+            for (unsigned c : n.cpus) {
+                if (claimed.size() <= c) claimed.resize(c + 1, false);
+                claimed[c] = true;
+            }
+            if (n.cpus.size() != before) n.cores = n.cpus.empty() ? 0 : n.cpus.size();
+        }
     }
 
     // hwloc's value of attr for (target, initiator's CPUs), if it has one.

@@ -1,4 +1,5 @@
 #include <numaplace/diagnostics.hpp>
+#include <numaplace/partition.hpp>
 #include <numaplace/report.hpp>
 #include <numaplace/tiers.hpp>
 #include <numaplace/topology.hpp>
@@ -7,6 +8,7 @@
 
 #include <expect.hpp>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -169,6 +171,42 @@ TEST(topology, synthetic_topologies_have_the_requested_nodes) {
     std::ostringstream mine;
     numaplace::print_report(mine);
     EXPECT_EQ(mine.str().find("not probed"), std::string::npos) << mine.str();
+}
+
+// A topology read from XML or a synthetic description has no kernel to ask which node owns a CPU;
+// hwloc gives a node attached to a socket or to the machine that parent's cpuset. Each CPU belongs to
+// one node, as on the machine it came from: the smallest cpuset first, then the lowest OS index.
+TEST(topology, a_foreign_topology_gives_each_cpu_to_one_node_as_the_kernel_does) {
+    const auto cpus_by_os = [](const topology& t) {
+        std::vector<std::vector<unsigned>> by_os(t.size());
+        for (const auto& n : t.nodes()) by_os.at(n.os_index) = n.cpus;
+        return by_os;
+    };
+    using cpus = std::vector<std::vector<unsigned>>;
+    // a CXL-like node attached to the machine (os 2, cpuset: every CPU) beside a node per socket
+    auto cxl = topology::from_synthetic("[numa(memory=536870912)] pack:2 [numa(memory=1073741824)] core:2 pu:1");
+    ASSERT_EQ(cxl->size(), 3u);
+    EXPECT_EQ(cpus_by_os(*cxl), (cpus{{0, 1}, {2, 3}, {}}));
+    EXPECT_EQ(cxl->at(cxl->from_os_index(2)).cores, 0u);
+    EXPECT_EQ(cxl->with_cpus().size(), 2u);
+    // two nodes per socket (KNL's MCDRAM, HBM in flat mode, an HMAT node near a socket): the second
+    // of each socket is memory-only; written to XML and read back, the same
+    auto flat = topology::from_synthetic("pack:2 [numa(memory=1073741824)] [numa(memory=536870912)] core:2 pu:1");
+    ASSERT_EQ(flat->size(), 4u);
+    EXPECT_EQ(cpus_by_os(*flat), (cpus{{0, 1}, {}, {2, 3}, {}}));
+    const std::string xml = ::testing::TempDir() + "numaplace_flat_topology.xml";
+    ASSERT_EQ(hwloc_topology_export_xml(flat->native(), xml.c_str(), 0), 0);
+    auto from_xml = topology::from_xml(xml);
+    std::remove(xml.c_str());
+    EXPECT_EQ(cpus_by_os(*from_xml), (cpus{{0, 1}, {}, {2, 3}, {}}));
+    EXPECT_FALSE(from_xml->at(from_xml->from_os_index(1)).has_cpus());
+    // a partition of the planned machine: blocks on the nodes with CPUs only, as on that machine
+    const numaplace::partition<double> part(std::size_t(1) << 20, *from_xml);
+    EXPECT_EQ(part.block_count(), 2u);
+    for (const auto& b : part.untyped().blocks()) EXPECT_TRUE(from_xml->at(b.node).has_cpus()) << b.node;
+    // disjoint sockets keep all their CPUs
+    auto plain = topology::from_synthetic("pack:2 numa:1 core:2 pu:1");
+    EXPECT_EQ(cpus_by_os(*plain), (cpus{{0, 1}, {2, 3}}));
 }
 
 TEST(topology, get_is_one_snapshot_shared_by_threads) {
