@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <type_traits>
@@ -168,15 +169,20 @@ void run_blocks(const std::vector<block>& blocks, Fn&& fn, Arenas& arenas) {
     else run_blocks_spread(blocks, fn, arenas);
 }
 
+/// The same in node_arenas, after checking every non-empty block's node is one of this process's
+/// topology. \throws unknown_node (a partition made for another topology) before anything runs.
 template <class Fn>
 void run_blocks(const std::vector<block>& blocks, Fn&& fn) {
+    const topology& topo = topology::get();
+    for (const block& b : blocks)
+        if (!b.empty()) topo.check(b.node);
     run_blocks(blocks, fn, node_arenas::get());
 }
 
 /// `run_blocks(p.blocks(), fn)` for anything with blocks (every partition type).
 template <class Part, class Fn, class = decltype(std::declval<const Part&>().blocks())>
 void run_blocks(const Part& part, Fn&& fn) {
-    run_blocks(part.blocks(), fn, node_arenas::get());
+    run_blocks(part.blocks(), fn);
 }
 
 } // namespace detail
@@ -185,7 +191,9 @@ void run_blocks(const Part& part, Fn&& fn) {
 /// a rows partition, elements otherwise), block k's in node k's arena on node k's cores, all blocks at
 /// once; oneTBB balances inside a block (`grain`: smallest subrange). `body` takes a `subrange` or one
 /// `std::size_t` index. A nested call stays in the current node's arena.
-/// \throws the first exception `body` throws (the other blocks are cancelled).
+/// \throws unknown_node before running anything when a non-empty block's node is not this process's
+/// (a partition made for another topology); the first exception `body` throws (the other blocks are
+/// cancelled).
 /// \notes may be called from a oneTBB task.
 template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) {
@@ -213,7 +221,7 @@ void parallel_for(Container& c, Body&& body, std::size_t grain = 1) {
 
 /// \returns `combine` over all blocks (in block order) of `body(subrange, R init) -> R`, reduced by
 /// oneTBB inside each block from `identity`; block k on node k as in `parallel_for`.
-/// \throws the first exception `body` or `combine` throws.
+/// \throws unknown_node as `parallel_for`; the first exception `body` or `combine` throws.
 /// \notes exact for integers; for floating point the order inside a block is oneTBB's.
 template <class T, class R, class Body, class Combine>
 R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
@@ -246,15 +254,34 @@ R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Comb
 
 /// \effects faults in every page of block k of the `part.element_count()` elements at `data` from node
 /// k's arena, contents unchanged, after setting THP as `part.huge_pages()` says. `data` must start on an
-/// `alignment()` boundary (numaplace allocations do).
+/// `alignment()` boundary (numaplace allocations do). A memory-only node has no arena: its block's
+/// whole pages are first set to prefer that node (`MPOL_PREFERRED`, degrading: a refusal is recorded
+/// in `degradations()` and the pages land where the touching thread runs), then touched from the
+/// nearest node with CPUs.
+/// \throws unknown_node (as `parallel_for`); placement_error (ENOMEM) when a memory-only node's block
+/// is more than all nodes have free.
 /// \notes not needed after a parallel initialisation by `parallel_for` over the same partition or
-/// container: whatever first writes a page places it.
+/// container: whatever first writes a page places it (but a memory-only node's block is then written
+/// from another node: only a bound placement or `first_touch` puts its pages on its node).
 template <class T>
 void first_touch(T* data, const partition<T>& part) {
     const partition<T> e = part.elements();
     const std::size_t s = sizeof(T);
     if (e.size() == 0) return;
     detail::advise_huge_pages(data, e.size() * s, e.huge_pages());
+    const topology& topo = topology::get();
+    const std::uintptr_t page = detail::page_size(), base = reinterpret_cast<std::uintptr_t>(data);
+    for (const block& b : e.untyped().blocks()) {
+        if (b.empty()) continue;
+        topo.check(b.node);
+        if (topo.at(b.node).has_cpus()) continue;
+        // its whole pages; the partial last page of the data too (no other block shares it)
+        const std::uintptr_t first = (base + b.begin * s + page - 1) & ~(page - 1);
+        const std::uintptr_t end = b.end == e.size() ? (base + b.end * s + page - 1) & ~(page - 1) : (base + b.end * s) & ~(page - 1);
+        if (first < end)
+            detail::place(reinterpret_cast<void*>(first), end - first, memory::policy_mode::preferred, node_set{b.node},
+                          fallback::degrade, "first_touch: a memory-only node's block: ", detail::range_origin::foreign);
+    }
     parallel_for(e, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
                  std::max<std::size_t>(1, detail::page_size() / s));
 }

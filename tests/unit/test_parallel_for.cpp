@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <child.hpp>
+#include <expect.hpp>
 #include <seccomp.hpp>
 
 #include <oneapi/tbb/global_control.h>
@@ -226,6 +227,60 @@ TEST(first_touch, places_block_k_on_node_k_without_changing_contents) {
     for (std::size_t i = 0; i < n; i += 1000) ASSERT_EQ(data[i], 0.0);
     (void)topo;
     memory::unmap(raw, n * sizeof(double));
+}
+
+// A memory-only node has no arena: first_touch binds its block's pages to prefer it, then touches them
+// from the nearest node with CPUs, so every block's pages are on its node, memory-only ones included.
+TEST(first_touch, a_memory_only_nodes_block_lands_on_that_node) {
+    const auto& topo = topology::get();
+    if (topo.with_cpus().size() == topo.size()) GTEST_SKIP() << "no memory-only node here";
+    const std::size_t n = 3 * 65536 + 1000; // ints: a partial last page
+    void* raw = memory::map(n * sizeof(int), detail::page_size());
+    auto* data = static_cast<int*>(raw);
+    partition<int> part(n, topo.all(), std::vector<std::size_t>(topo.size(), 1));
+    const std::size_t degradations = degradation_count();
+    first_touch(data, part);
+    EXPECT_EQ(degradation_count(), degradations) << "a bound memory-only block is no degradation";
+    std::size_t memory_only_pages = 0;
+    for (const auto& b : part.blocks()) {
+        if (b.empty()) continue;
+        const auto h = where(data + b.begin, b.size() * sizeof(int));
+        EXPECT_EQ(h.on(b.node), h.pages) << "block of node " << b.node << " (" << (topo.at(b.node).has_cpus() ? "CPUs" : "memory-only") << ")";
+        if (!topo.at(b.node).has_cpus()) memory_only_pages += h.pages;
+    }
+    EXPECT_GT(memory_only_pages, 0u);
+    EXPECT_EQ(where(data, part).fraction(), 1.0);
+    memory::unmap(raw, n * sizeof(int));
+}
+
+// A partition made for another topology (16 nodes planned, fewer here): the loops refuse it before
+// running anything, on every machine, with the first node this process does not have.
+TEST(parallel_for, a_partition_of_another_topology_is_refused_before_anything_runs) {
+    const auto planned = topology::from_synthetic("pack:16 numa:1 core:1 pu:1");
+    const std::size_t n = 65536;
+    const partition<int> part(n, *planned);
+    ASSERT_EQ(part.block_count(), 16u);
+    const int first_unknown = static_cast<int>(topology::get().size());
+    ASSERT_LT(first_unknown, 16);
+    std::atomic<std::size_t> ran{0};
+    numaplace_test::expect_unknown_node([&] { parallel_for(part, [&](subrange r) { ran += r.size(); }); }, first_unknown,
+                                        "parallel_for");
+    numaplace_test::expect_unknown_node([&] { parallel_for(part, [&](std::size_t) { ++ran; }); }, first_unknown,
+                                        "parallel_for per index");
+    numaplace_test::expect_unknown_node(
+        [&] {
+            (void)parallel_reduce(part, std::size_t(0), [&](subrange r, std::size_t acc) { ran += r.size(); return acc + r.size(); },
+                                  [](std::size_t a, std::size_t b) { return a + b; });
+        },
+        first_unknown, "parallel_reduce");
+    std::vector<int> data(n, 7);
+    numaplace_test::expect_unknown_node([&] { first_touch(data.data(), part); }, first_unknown, "first_touch");
+    EXPECT_EQ(ran.load(), 0u);
+    // nested inside a block too
+    numaplace_test::expect_unknown_node(
+        [&] { parallel_for(partition<int>(64), [&](subrange) { parallel_for(part, [&](subrange r) { ran += r.size(); }); }); },
+        first_unknown, "nested parallel_for");
+    EXPECT_EQ(ran.load(), 0u);
 }
 
 TEST(first_touch, default_init_vector_then_first_touch) {
