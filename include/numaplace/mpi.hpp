@@ -140,6 +140,19 @@ inline void check_one_host(MPI_Comm comm) {
     if (fewest != ranks) throw communicator_spans_hosts(ranks, fewest);
 }
 
+// \effects `win` returns errors (MPI_ERRORS_RETURN) unless `comm`'s errors are fatal (MPI_ERRORS_ARE_FATAL,
+// MPI_ERRORS_ABORT): a window starts with MPI_ERRORS_ARE_FATAL whatever its communicator has.
+inline void follow_errhandler(MPI_Comm comm, MPI_Win win) {
+    MPI_Errhandler h = MPI_ERRHANDLER_NULL;
+    check(MPI_Comm_get_errhandler(comm, &h), "MPI_Comm_get_errhandler");
+    bool fatal = h == MPI_ERRORS_ARE_FATAL;
+#ifdef MPI_ERRORS_ABORT
+    fatal = fatal || h == MPI_ERRORS_ABORT;
+#endif
+    MPI_Errhandler_free(&h);
+    if (!fatal) check(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN), "MPI_Win_set_errhandler");
+}
+
 // The first page boundary at or after p.
 inline void* page_up(void* p) noexcept {
     const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p), page = page_size();
@@ -228,6 +241,10 @@ partition<T> rank_partition(std::size_t n) {
 /// whoever touches it first: each rank binds its own segment (whole pages) before any rank may touch
 /// it; the policy lives in the shared memory, so every process's faults obey it. Move-only; the
 /// destructor is collective (`MPI_Win_free`), as the window's. T must be trivially copyable.
+/// The window's error handler follows the communicator's (MPI gives a new window MPI_ERRORS_ARE_FATAL
+/// whatever its communicator has): where the communicator's errors are fatal (MPI_ERRORS_ARE_FATAL,
+/// MPI_ERRORS_ABORT) the window's are; with any other handler (MPI_ERRORS_RETURN, the user's) the
+/// window returns errors, which the calls here throw as mpi_error. Set on `window()` to change it.
 template <class T>
 class shared_window {
     static_assert(std::is_trivially_copyable<T>::value, "shared_window<T>: T must be trivially copyable (it lives in shared memory)");
@@ -281,6 +298,7 @@ public:
         detail::check(rc, "MPI_Win_allocate_shared");
         data_ = bytes == 0 ? nullptr : static_cast<T*>(detail::page_up(base));
         try {
+            detail::follow_errhandler(comm, win_);
             node_ = os < 0 ? -1 : topo.from_os_index(static_cast<unsigned>(os));
             if (bytes > 0) bind(bytes, fb);
         } catch (...) {

@@ -168,11 +168,18 @@ struct alignas(64) block_cursor {
 /// \effects calls `body` on subranges covering [0, part.size()) exactly once (rows of a rows partition,
 /// elements otherwise): the threads of `tm` on node k claim chunks of block k (`grain` indexes, 0: an
 /// eighth of a thread's share), so the load balances within a node, never across. `body` takes a
-/// `subrange` or one `std::size_t`. If the team the region makes has fewer threads than `tm` (a nested
-/// region, OMP_THREAD_LIMIT), the calling thread finishes what the missing threads left, and the
-/// degradation is recorded (`degradations()`).
+/// `subrange` or one `std::size_t`. Each thread of the region reads its CPU affinity once per call (as
+/// `team::current` does) and claims chunks only of the block of the node it is bound within, so no chunk
+/// runs in the region off its block's node. A thread not on `tm.node_of(t)` (`tm` read elsewhere, e.g.
+/// at top level and reused in a nested region, whose threads sit on the outer thread's places) thus
+/// helps another node's threads or, bound across nodes, claims nothing. If the region has fewer threads
+/// than `tm` (a nested region, OMP_THREAD_LIMIT) or some thread is off its node, the calling thread
+/// finishes after the region what no thread on a block's node claimed (off node), and one degradation
+/// per call is recorded (`degradations()`) naming the first such thread, the node it is on and the
+/// team's. Every index still runs exactly once.
 /// \throws invalid_placement before running anything when a non-empty block's node has no thread in
-/// `tm`; the first exception `body` throws (the other threads stop claiming chunks).
+/// `tm`; the first exception `body` throws (the other threads stop claiming chunks). A thread off its
+/// node is recorded, never thrown.
 template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
     const std::vector<block>& blocks = part.untyped().blocks();
@@ -209,6 +216,10 @@ void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::
             first = last; // the cursor's value after this claim, unless another thread claimed since
         }
     };
+    // Where each thread of the region is bound (its node, -1: CPUs of two nodes), read once per call:
+    // the team may have been read in another region (a nested one puts its threads elsewhere).
+    const topology& topo = topology::get();
+    std::vector<int> on(static_cast<std::size_t>(tm.size()), -1), errors(on.size(), 0);
     int made = 0;
     NUMAPLACE_HANDOVER_RELEASE();
 #pragma omp parallel num_threads(tm.size())
@@ -217,18 +228,38 @@ void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::
         const int t = omp_get_thread_num();
         if (t == 0) made = omp_get_num_threads();
         if (t < tm.size()) {
-            const int node = tm.node_of(t);
+            const auto s = static_cast<std::size_t>(t);
+            cpu_set_t set;
+            errors[s] = numaplace::detail::os_thread_affinity(set);
+            if (errors[s] == 0) on[s] = topo.node_of_cpus(set);
+            // the blocks of the node it is bound to, tm's or not: never a block off its node
             for (std::size_t k = 0; k < blocks.size(); ++k)
-                if (blocks[k].node == node) drain(k);
+                if (on[s] >= 0 && blocks[k].node == on[s]) drain(k);
         }
         NUMAPLACE_HANDOVER_RELEASE();
     }
     NUMAPLACE_HANDOVER_ACQUIRE();
-    if (made < tm.size()) {
-        for (std::size_t k = 0; k < blocks.size(); ++k) drain(k);
-        numaplace::detail::degradation_log::instance().record(
-            "omp::parallel_for: the team had " + std::to_string(made) + " of " + std::to_string(tm.size()) +
-            " threads (a nested region, OMP_THREAD_LIMIT or OMP_DYNAMIC): the calling thread ran the missing threads' chunks");
+    std::string why;
+    if (made < tm.size())
+        why = "the team had " + std::to_string(made) + " of " + std::to_string(tm.size()) +
+              " threads (a nested region, OMP_THREAD_LIMIT or OMP_DYNAMIC)";
+    int first = -1, off = 0;
+    for (int t = 0; t < std::min(made, tm.size()); ++t)
+        if (on[static_cast<std::size_t>(t)] != tm.node_of(t) && ++off == 1) first = t;
+    if (first >= 0) {
+        const auto s = static_cast<std::size_t>(first);
+        why += (why.empty() ? "" : "; ") + std::string("thread ") + std::to_string(first) + " of " + std::to_string(tm.size()) +
+               (errors[s] != 0 ? " could not read its CPU affinity (errno " + std::to_string(errors[s]) + ")"
+                : on[s] < 0  ? " may run on CPUs of more than one node"
+                             : " runs on node " + std::to_string(on[s])) +
+               ", the team said node " + std::to_string(tm.node_of(first)) +
+               (off > 1 ? " (" + std::to_string(off - 1) + " more threads off their team node)" : "") +
+               ": a team read in another region (a nested one?) or rebound since; each thread ran only the block of the node it is on";
+    }
+    if (!why.empty()) {
+        for (std::size_t k = 0; k < blocks.size(); ++k) drain(k); // what no thread on its block's node claimed
+        numaplace::detail::degradation_log::instance().record("omp::parallel_for: " + why +
+                                                              ": the calling thread ran whatever chunks were left");
     }
     if (error) std::rethrow_exception(error);
 }

@@ -102,6 +102,50 @@ TEST(mpi, a_window_of_zero_elements_and_a_moved_from_window) {
     EXPECT_EQ(moved.segment(world_rank()).first[4], 7);
 } // destroyed in reverse order on every rank: MPI_Win_free is collective, the moved-from one frees nothing
 
+// The window's error handler follows the communicator's (a window gets MPI_ERRORS_ARE_FATAL by default,
+// whatever its communicator has): with MPI_ERRORS_RETURN, or a handler of the user's, on the communicator,
+// segment(r) of a rank outside the group throws mpi_error as documented instead of aborting the job (the
+// outside tester's case: rc 6); a communicator whose errors are fatal keeps a fatal window.
+namespace {
+MPI_Errhandler window_handler(const mpi::shared_window<double>& w) {
+    MPI_Errhandler h = MPI_ERRHANDLER_NULL;
+    EXPECT_EQ(MPI_Win_get_errhandler(w.window(), &h), MPI_SUCCESS);
+    return h;
+}
+void ignore_comm_errors(MPI_Comm*, int*, ...) {}
+} // namespace
+
+TEST(mpi_attack, a_window_returns_errors_when_its_communicator_does) {
+    MPI_Comm comm = MPI_COMM_NULL;
+    ASSERT_EQ(MPI_Comm_dup(MPI_COMM_WORLD, &comm), MPI_SUCCESS);
+    MPI_Errhandler user = MPI_ERRHANDLER_NULL;
+    ASSERT_EQ(MPI_Comm_create_errhandler(ignore_comm_errors, &user), MPI_SUCCESS);
+    for (const MPI_Errhandler on_comm : {MPI_ERRORS_RETURN, user}) {
+        MPI_Comm_set_errhandler(comm, on_comm);
+        mpi::shared_window<double> w(comm, 100);
+        MPI_Errhandler h = window_handler(w);
+        const bool returns = h == MPI_ERRORS_RETURN;
+        MPI_Errhandler_free(&h);
+        EXPECT_TRUE(returns) << "the window kept MPI's fatal handler: segment(size) would abort the job";
+        if (returns) {
+            try {
+                (void)w.segment(world_size());
+                ADD_FAILURE() << "segment(" << world_size() << ") of a group of " << world_size() << " returned";
+            } catch (const mpi::mpi_error& e) {
+                EXPECT_NE(e.code(), MPI_SUCCESS);
+                EXPECT_NE(std::string(e.what()).find("MPI_Win_shared_query"), std::string::npos) << e.what();
+            }
+        }
+        EXPECT_GE(w.segment(world_rank()).second, 100u) << "the window still works after the error";
+    }
+    MPI_Errhandler_free(&user);
+    MPI_Comm_free(&comm);
+    mpi::shared_window<double> fatal(MPI_COMM_WORLD, 1); // MPI_COMM_WORLD: MPI_ERRORS_ARE_FATAL
+    MPI_Errhandler h = window_handler(fatal);
+    EXPECT_TRUE(h == MPI_ERRORS_ARE_FATAL) << "a window on a communicator whose errors are fatal must stay fatal";
+    MPI_Errhandler_free(&h);
+}
+
 TEST(mpi_attack, segments_at_page_boundaries_start_on_a_page_and_hold_what_was_asked) {
     // 1 element, a page of them - 1, a page, a page + 1, and a size differing between the ranks: every
     // segment starts on a page boundary of every process's mapping, holds at least what its rank asked

@@ -252,6 +252,81 @@ TEST(omp, a_smaller_team_still_covers_every_index_and_says_so) {
     }
 }
 
+// A team read at top level, reused inside a nested region (nesting on, OMP_PROC_BIND=spread or close,
+// OMP_PLACES=cores): the nested team has as many threads as the team, but they sit where the outer
+// thread's places put them, not on the team's nodes (the outside tester's case: in the 4-node guest 24
+// of 32 chunks ran off their block's node with spread, 32 of 32 with close, and nothing was recorded).
+// The oracle: a raw nested region reading each thread's CPU affinity, as omp::team does. No thread of
+// parallel_for's region may run a chunk of a block off that block's node; every index still runs once;
+// when some thread is off its team node, exactly one degradation per call names it and both nodes.
+namespace {
+int affinity_node() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    return ::sched_getaffinity(0, sizeof set, &set) == 0 ? topology::get().node_of_cpus(set) : -1;
+}
+void nested_team_off_its_nodes(const char* bind) {
+    const omp::team tm = omp::team::current(); // top level
+    const std::size_t n = 300007;
+    const partition<int> part = omp::static_partition<int>(n, tm);
+    std::vector<std::atomic<int>> seen(n);
+    std::vector<int> where_now(static_cast<std::size_t>(tm.size()), -2);
+    std::atomic<std::size_t> in_region_off{0}, chunks{0};
+    std::size_t count_before = 0, count_after = 0;
+    omp_set_max_active_levels(2);
+#pragma omp parallel num_threads(2)
+    if (omp_get_thread_num() == 1) {
+        const int level = omp_get_level();
+#pragma omp parallel num_threads(tm.size()) // the oracle: where the nested team's threads are
+        where_now[static_cast<std::size_t>(omp_get_thread_num())] = affinity_node();
+        count_before = degradation_count();
+        omp::parallel_for(part, [&](subrange r) {
+            chunks.fetch_add(1);
+            if (omp_get_level() > level && affinity_node() != r.node()) in_region_off.fetch_add(1);
+            for (std::size_t i = r.begin(); i < r.end(); ++i) seen[i].fetch_add(1);
+        }, tm, 64);
+        count_after = degradation_count();
+    }
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(seen[i].load(), 1) << bind << " i=" << i;
+    EXPECT_EQ(in_region_off.load(), 0u) << bind << ": " << in_region_off.load() << " of " << chunks.load()
+                                        << " chunks ran in the region on a thread off their block's node";
+    int first_off = -1, off = 0;
+    for (int t = 0; t < tm.size(); ++t)
+        if (where_now[static_cast<std::size_t>(t)] != tm.node_of(t)) {
+            if (first_off < 0) first_off = t;
+            ++off;
+        }
+    if (tm.nodes().size() > 1) // two nodes or more: the nested team is not the team read at top level
+        ASSERT_GT(off, 0) << bind << ": the nested team is on the team's nodes; this test checks nothing here";
+    if (off == 0) {
+        EXPECT_EQ(count_after, count_before) << bind;
+        return;
+    }
+    EXPECT_EQ(count_after, count_before + 1) << bind << ": one degradation per call";
+    const std::string said = "thread " + std::to_string(first_off) + " of " + std::to_string(tm.size());
+    const std::vector<std::string> log = degradations();
+    const auto it = std::find_if(log.begin(), log.end(), [&](const std::string& m) {
+        return m.find("omp::parallel_for") != std::string::npos && m.find(said) != std::string::npos &&
+               m.find("node " + std::to_string(where_now[static_cast<std::size_t>(first_off)])) != std::string::npos &&
+               m.find("node " + std::to_string(tm.node_of(first_off))) != std::string::npos;
+    });
+    EXPECT_NE(it, log.end()) << bind << ": no degradation names " << said << ", on node "
+                             << where_now[static_cast<std::size_t>(first_off)] << ", the team's node " << tm.node_of(first_off);
+}
+} // namespace
+
+TEST(omp_attack, a_team_reused_in_a_nested_spread_region_runs_no_chunk_off_its_blocks_node) {
+    NUMAPLACE_IN_FRESH_PROCESS((std::vector<std::pair<std::string, std::string>>{
+        {"OMP_PROC_BIND", "spread"}, {"OMP_PLACES", "cores"}, {"OMP_NUM_THREADS", std::to_string(all_cpus().size())}}));
+    nested_team_off_its_nodes("spread");
+}
+
+TEST(omp_attack, a_team_reused_in_a_nested_close_region_runs_no_chunk_off_its_blocks_node) {
+    NUMAPLACE_IN_FRESH_PROCESS((std::vector<std::pair<std::string, std::string>>{
+        {"OMP_PROC_BIND", "close"}, {"OMP_PLACES", "cores"}, {"OMP_NUM_THREADS", std::to_string(all_cpus().size())}}));
+    nested_team_off_its_nodes("close");
+}
+
 TEST(omp_attack, a_block_on_a_node_without_threads_is_refused_before_running) {
     // a team on the first node's CPUs only
     const topology& topo = topology::get();
