@@ -273,7 +273,9 @@ inline int unbind(void* p, std::size_t bytes) noexcept {
 /// range stays one mapping however many runs it has (per-run mbind would split it into one VMA per
 /// run and hit vm.max_map_count). The kernel's own MPOL_WEIGHTED_INTERLEAVE takes its weights from a
 /// system-wide sysfs table, which a library must not own.
-/// \returns 0, or the errno of set_mempolicy with `failed_node` set (pages placed so far stay).
+/// \returns 0; the errno of get_mempolicy with `failed_node` -1 (the thread's policy cannot be read, so
+/// it could not be restored: nothing is changed or placed); or the errno of set_mempolicy with
+/// `failed_node` set (pages placed so far stay; the thread's policy restored).
 inline int weighted_fill(void* p, std::size_t bytes, const node_set& nodes, const std::vector<std::size_t>& weights,
                          int& failed_node, const topology& topo = topology::get()) {
     failed_node = -1;
@@ -289,7 +291,7 @@ inline int weighted_fill(void* p, std::size_t bytes, const node_set& nodes, cons
     int old_mode = 0;
     detail::kernel_nodemask old_mask;
     old_mask.words.assign(16, 0ul); // 1024 nodes
-    if (detail::os_get_mempolicy(old_mode, old_mask) != 0) old_mode = detail::mpol_default;
+    if (const int err = detail::os_get_mempolicy(old_mode, old_mask)) return err;
     if (old_mode == detail::mpol_default) old_mask.words.clear();
     auto restore = [&] { detail::os_set_mempolicy(old_mode, old_mask); };
     auto* c = static_cast<volatile char*>(p);

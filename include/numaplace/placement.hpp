@@ -181,7 +181,10 @@ public:
         detail::admit_or_throw(p, bytes, memory::policy_mode::bind, nodes(), "weighted interleave: ");
         int node = -1;
         const int err = memory::weighted_fill(p, bytes, nodes(), weights(), node);
-        return err == 0 || detail::refused(err, node, bytes, fallback_, "weighted interleave: set_mempolicy bind");
+        return err == 0 || detail::refused(err, node, bytes, fallback_,
+                                           node < 0 ? "weighted interleave: get_mempolicy (the thread's own policy, to "
+                                                      "restore it after the fill)"
+                                                    : "weighted interleave: set_mempolicy bind");
     }
     friend bool operator==(const interleaved& a, const interleaved& b) noexcept {
         return a.state_ == b.state_ && a.fallback_ == b.fallback_;

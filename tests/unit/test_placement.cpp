@@ -33,6 +33,9 @@
 #include <type_traits>
 #include <vector>
 
+#include <sched.h>
+#include <sys/syscall.h>
+
 namespace np = numaplace;
 using namespace numaplace;
 using numaplace_test::contains;
@@ -361,6 +364,50 @@ TEST(placement, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) 
 }
 
 // --- place.hpp: strict throws, degrading falls back and says so ------------------------------------
+
+// get_mempolicy refused alone (recent Docker profiles deny it): a weighted interleave, which fills its
+// runs under a temporary thread policy, cannot read the thread's own policy to restore it. It must not
+// wipe that policy (it set the default one, silently): strict throws, degrading records, and the thread
+// keeps its binding (a later page lands on the node the thread bound itself to, not where it runs).
+TEST(placement_attack, weighted_interleave_with_get_mempolicy_refused_keeps_the_threads_own_policy) {
+    const topology& topo = topology::get();
+    if (topo.size() < 2) GTEST_SKIP() << "one node: a weighted interleave over it is a plain binding";
+    const int target = static_cast<int>(topo.size()) - 1; // not the node the thread runs on
+    const int code = numaplace_test::run_denied({SYS_get_mempolicy}, [&] {
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(topo.at(topo.with_cpus()[0]).cpus.front(), &one);
+        if (sched_setaffinity(0, sizeof one, &one) != 0) return 10;
+        detail::kernel_nodemask mask;
+        mask.set(topo.at(target).os_index);
+        if (detail::os_set_mempolicy(detail::mpol_bind, mask) != 0) return 11;
+        std::vector<std::size_t> weights(topo.size(), 1);
+        weights[0] = 2;
+        const std::size_t bytes = 64 * detail::page_size();
+        try {
+            interleaved_allocator<char> strict(interleaved(topo.all(), weights));
+            (void)strict.allocate(bytes);
+            return 1;
+        } catch (const placement_error& e) {
+            if (e.error_number() != EPERM) return 2;
+            if (std::string(e.what()).find("get_mempolicy") == std::string::npos) return 3;
+        }
+        const std::size_t before = degradation_count();
+        interleaved_allocator<char> soft(interleaved(topo.all(), weights, fallback::degrade));
+        char* p = soft.allocate(bytes);
+        std::memset(p, 1, bytes);
+        soft.deallocate(p, bytes);
+        if (degradation_count() != before + 1 || degradations().back().find("get_mempolicy") == std::string::npos) return 4;
+        // the thread's own binding still holds
+        void* fresh = memory::map(16 * detail::page_size());
+        std::memset(fresh, 1, 16 * detail::page_size());
+        const auto h = where(fresh, 16 * detail::page_size());
+        memory::unmap(fresh, 16 * detail::page_size());
+        if (h.on(target) != 16) return 5;
+        return 0;
+    });
+    EXPECT_EQ(code, 0);
+}
 
 // Binding refused, as under a container's seccomp profile: strict placements throw placement_error
 // with EPERM and lose nothing; degrading ones fall back and say so.
