@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <child.hpp>
 #include <expect.hpp>
 
 #include <cstdio>
@@ -19,6 +20,8 @@
 #include <algorithm>
 
 #include <sched.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 
 using numaplace::topology;
 using numaplace_test::expect_invalid;
@@ -207,6 +210,41 @@ TEST(topology, a_foreign_topology_gives_each_cpu_to_one_node_as_the_kernel_does)
     // disjoint sockets keep all their CPUs
     auto plain = topology::from_synthetic("pack:2 numa:1 core:2 pu:1");
     EXPECT_EQ(cpus_by_os(*plain), (cpus{{0, 1}, {2, 3}}));
+}
+
+// The capability probe of a process whose first numaplace call meets its address-space limit (no page
+// can be mapped): the kernel's answers all the same, not "refused, errno 0" for the rest of the process.
+TEST(topology, capabilities_probed_at_the_address_space_limit_are_the_kernels) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
+#endif
+    if (!std::getenv("NUMAPLACE_TEST_PROBE_AT_LIMIT")) {
+        EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_TEST_PROBE_AT_LIMIT"), 0);
+        return;
+    }
+    std::string warm(std::size_t(4) << 20, 'x'); // room in malloc's heap for hwloc's loading
+    warm.clear();
+    warm.shrink_to_fit();
+    rlimit old{};
+    ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+    const rlimit lim{numaplace_test::virtual_size(), old.rlim_max};
+    ASSERT_EQ(::setrlimit(RLIMIT_AS, &lim), 0);
+    void* page = ::mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    const bool at_limit = page == MAP_FAILED;
+    const numaplace::capabilities caps = topology::get().capabilities(); // the first use: probed now
+    ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
+    ASSERT_TRUE(at_limit) << "a page could still be mapped: the limit did not bite";
+    ASSERT_TRUE(caps.probed);
+    // the oracle: the same probe now that pages can be mapped
+    const auto now = numaplace::detail::os_probe_policies(topology::get().nodes().front().os_index);
+    ASSERT_TRUE(now.mapped);
+    EXPECT_EQ(caps.memory_binding_errno, now.bind_errno);
+    EXPECT_EQ(caps.memory_binding, now.bind_errno == 0);
+    EXPECT_EQ(caps.page_query_errno, now.query_errno);
+    EXPECT_EQ(caps.page_query, now.query_errno == 0);
+    EXPECT_EQ(caps.preferred_many, now.preferred_many);
+    EXPECT_EQ(caps.weighted_interleave, now.weighted_interleave);
+    EXPECT_EQ(caps.numa_balancing_bind, now.numa_balancing_bind);
 }
 
 TEST(topology, get_is_one_snapshot_shared_by_threads) {

@@ -185,9 +185,11 @@ inline int os_file_size(int fd, std::size_t& bytes) noexcept {
 }
 
 /// What the kernel lets this process do with memory policies and page queries, probed on one page of
-/// its own (mapped, bound, queried, unmapped; nothing else changes).
+/// its own (mapped, bound, queried, unmapped; nothing else changes). Where no page can be mapped (an
+/// address-space limit reached), a page of static storage, never touched, is probed instead: a probe
+/// that tried nothing would report every capability refused for the rest of the process.
 struct policy_probe {
-    bool mapped = false;              ///< the probe page could be mapped (else nothing below was tried)
+    bool mapped = false;              ///< a probe page was found (else nothing below was tried)
     int bind_errno = 0;               ///< mbind(MPOL_BIND): 0 or why not
     bool preferred_many = false;      ///< MPOL_PREFERRED_MANY accepted
     bool weighted_interleave = false; ///< MPOL_WEIGHTED_INTERLEAVE accepted
@@ -200,9 +202,12 @@ inline policy_probe os_probe_policies(unsigned os_node) noexcept {
     policy_probe r;
     const long page = ::sysconf(_SC_PAGESIZE);
     const std::size_t bytes = page > 0 ? static_cast<std::size_t>(page) : 4096u;
+    alignas(65536) static char spare[65536]; // the largest page size of x86-64 and AArch64 Linux
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return r;
-    r.mapped = true;
+    const bool own = p != MAP_FAILED;
+    if (!own) p = spare;
+    r.mapped = own || bytes <= sizeof spare;
+    if (!r.mapped) return r;
     try {
         kernel_nodemask mask;
         mask.set(os_node);
@@ -217,7 +222,7 @@ inline policy_probe os_probe_policies(unsigned os_node) noexcept {
     void* pages[1] = {p};
     int status[1] = {0};
     r.query_errno = os_query_pages(1, pages, status);
-    ::munmap(p, bytes);
+    if (own) ::munmap(p, bytes);
     return r;
 }
 
