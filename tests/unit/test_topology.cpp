@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -19,6 +20,7 @@
 #include <vector>
 #include <algorithm>
 
+#include <malloc.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -222,9 +224,13 @@ TEST(topology, capabilities_probed_at_the_address_space_limit_are_the_kernels) {
         EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_TEST_PROBE_AT_LIMIT"), 0);
         return;
     }
-    std::string warm(std::size_t(4) << 20, 'x'); // room in malloc's heap for hwloc's loading
-    warm.clear();
-    warm.shrink_to_fit();
+    // 16 MiB of room in malloc's heap, kept after the free, for hwloc's loading under the limit
+    ASSERT_EQ(::mallopt(M_MMAP_THRESHOLD, 32 << 20), 1);
+    ASSERT_EQ(::mallopt(M_TRIM_THRESHOLD, 64 << 20), 1);
+    void* room = std::malloc(std::size_t(16) << 20);
+    ASSERT_NE(room, nullptr);
+    std::memset(room, 1, std::size_t(16) << 20);
+    std::free(room);
     rlimit old{};
     ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
     const rlimit lim{numaplace_test::virtual_size(), old.rlim_max};
