@@ -90,6 +90,22 @@ enum class huge_page_advice {
 
 namespace detail {
 
+/// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
+inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {
+    if ((c >> 64) == 0) return static_cast<std::size_t>(static_cast<wide_uint>(a) * b / c);
+    // Shift-and-add over the bits of a, keeping q = floor(a' * b / c) and r = a' * b mod c (< c).
+    wide_uint q = 0, r = 0;
+    for (int bit = 63; bit >= 0; --bit) {
+        q <<= 1;
+        r <<= 1; // < 2c < 2^128
+        if (r >= c) { r -= c; q += 1; }
+        if ((a >> bit) & 1u) {
+            r += b; // < 2c
+            if (r >= c) { r -= c; q += 1; }
+        }
+    }
+    return static_cast<std::size_t>(q);
+}
 
 /// The immutable, interned part of a partition. Ordered by content (the registry key); `prefix` and
 /// `smallest_weight` are derived from `weights`.
@@ -119,12 +135,10 @@ struct partition_layout {
         case edge_alignment::automatic: break;
         }
         if (geometry.thp == thp_mode::never || total() == 0) return geometry.page;
-        // smallest block bytes = bytes * smallest / total >= 8 steps (long double: only a threshold)
+        // Exactly: the smallest weighted share, units × smallest / total, spans >= 8 huge steps of
+        // s = huge / gcd(unit_bytes, huge) units, i.e. floor(share) / 8 >= s (s and 8s are whole).
         const std::size_t h = geometry.huge;
-        const long double step = static_cast<long double>(unit_bytes / std::gcd(unit_bytes, h)) * static_cast<long double>(h);
-        const long double lhs = static_cast<long double>(units) * static_cast<long double>(unit_bytes) *
-                                static_cast<long double>(smallest_weight);
-        return lhs >= 8.0L * step * static_cast<long double>(total()) ? h : geometry.page;
+        return mul_div(units, smallest_weight, total()) / 8 >= h / std::gcd(unit_bytes, h) ? h : geometry.page;
     }
     /// \returns the edge step in units: the fewest units spanning whole alignment units.
     std::size_t step_for(std::size_t units) const noexcept {
@@ -147,23 +161,6 @@ inline const partition_layout& empty_layout() noexcept {
 }
 inline const fork_hook_registration empty_layout_fork{
     fork_stage::empty_layout, lazy_global_hooks<const partition_layout, &empty_layout_cell>::hook()};
-
-/// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
-inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {
-    if ((c >> 64) == 0) return static_cast<std::size_t>(static_cast<wide_uint>(a) * b / c);
-    // Shift-and-add over the bits of a, keeping q = floor(a' * b / c) and r = a' * b mod c (< c).
-    wide_uint q = 0, r = 0;
-    for (int bit = 63; bit >= 0; --bit) {
-        q <<= 1;
-        r <<= 1; // < 2c < 2^128
-        if (r >= c) { r -= c; q += 1; }
-        if ((a >> bit) & 1u) {
-            r += b; // < 2c
-            if (r >= c) { r -= c; q += 1; }
-        }
-    }
-    return static_cast<std::size_t>(q);
-}
 
 } // namespace detail
 

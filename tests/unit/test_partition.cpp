@@ -155,6 +155,14 @@ u192 mul(std::uint64_t a, wide b) {
     return u192{(p_lo >> 64) + p_hi, static_cast<std::uint64_t>(p_lo)};
 }
 
+// The documented automatic rule with THP on, exactly: the smallest weighted block's share of the bytes,
+// n × unit × smallest / total, spans at least 8 steps of lcm(unit, huge) bytes.
+bool automatic_is_huge(std::size_t n, std::size_t unit, std::size_t smallest, wide total, std::size_t huge_bytes) {
+    const wide eight_steps = wide(8) * (unit / std::gcd(unit, huge_bytes)) * huge_bytes; // < 2^3 * 2^64 * 2^63
+    if (eight_steps >> 64) return false; // n × unit × smallest < 2^64 × total <= 8 steps × total
+    return !(mul(n * unit, smallest) < mul(static_cast<std::uint64_t>(eight_steps), total));
+}
+
 struct oracle_args {
     std::size_t n, element_size, row_length;
     std::vector<std::size_t> weights;
@@ -175,20 +183,15 @@ std::string check_against_oracle(const basic_partition& p, const oracle_args& a)
     if (p.size() != a.n || p.units() != a.n) return "size";
     if (p.unit_bytes() != unit || p.element_size() != a.element_size || p.row_length() != a.row_length) return "unit";
     if (p.block_count() != a.weights.size()) return "block count";
-    // alignment: explicit policies exactly; automatic per the documented rule (long double threshold:
-    // accept either answer within 1e-12 of the threshold)
+    // alignment: explicit policies exactly; automatic per the documented rule, exactly
     const std::size_t align = p.alignment();
     if (a.edges == edge_alignment::page && align != a.geometry.page) return "page alignment";
     if (a.edges == edge_alignment::huge && align != a.geometry.huge) return "huge alignment";
     if (a.edges == edge_alignment::automatic) {
         if (a.geometry.thp == thp_mode::never) {
             if (align != a.geometry.page) return "automatic alignment with THP never";
-        } else {
-            const long double lcm = static_cast<long double>(unit / std::gcd(unit, a.geometry.huge)) * a.geometry.huge;
-            const long double lhs = static_cast<long double>(a.n) * unit * smallest;
-            const long double rhs = 8.0L * lcm * static_cast<long double>(total);
-            const bool near = (lhs > rhs ? lhs - rhs : rhs - lhs) <= 1e-12L * rhs;
-            if (!near && align != (lhs >= rhs ? a.geometry.huge : a.geometry.page)) return "automatic alignment";
+        } else if (align != (automatic_is_huge(a.n, unit, smallest, total, a.geometry.huge) ? a.geometry.huge : a.geometry.page)) {
+            return "automatic alignment";
         }
     }
     const std::size_t step = align / std::gcd(unit, align);
@@ -460,6 +463,89 @@ TEST(partition, automatic_edges_follow_the_geometry_thp_mode) {
     // explicit huge edges in thp_madvise mode ask for huge pages
     EXPECT_EQ(partition<double>(1000, node_set{0, 1}, {}, edge_alignment::huge, topo, thp_madvise).huge_pages(),
               huge_page_advice::request);
+}
+
+// Outside test (2026-11-26): weights {2^63, 2^63 + 1} over 16 huge pages of char give node 0 just under 8
+// huge steps (exactly 16 × 2^63 / (2^64 + 1)); a long double threshold rounded 2^64 + 1 to 2^64 and chose
+// huge edges, leaving node 0 a 7-step block.
+TEST(partition, automatic_edges_exact_at_weights_near_two_to_the_64) {
+    const auto& topo = synthetic(2);
+    const std::size_t half = std::size_t(1) << 63;
+    const basic_partition p(16 * 2 * mib, 1, 1, node_set{0, 1}, {half, half + 1}, edge_alignment::automatic, topo, thp_madvise);
+    EXPECT_EQ(p.alignment(), 4096u);
+    EXPECT_EQ(p.huge_pages(), huge_page_advice::forbid);
+    // equal weights at 2^63: exactly 8 steps each, huge edges
+    const basic_partition q(16 * 2 * mib, 1, 1, node_set{0, 1}, {half, half}, edge_alignment::automatic, topo, thp_madvise);
+    EXPECT_EQ(q.alignment(), 2 * mib);
+    EXPECT_EQ(q.block(0).size(), 8 * 2 * mib);
+}
+
+// Property: random weights (many near 2^63 and 2^64), sizes at the exact threshold and one either side,
+// and boundary sizes; the decision must match the exact oracle, and huge edges must leave every weighted
+// block at least 8 steps (page edges: some weighted share below 8 steps).
+TEST(partition, property_automatic_edges_match_exact_arithmetic) {
+    std::mt19937_64 rng(20261126);
+    auto pick = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); };
+    const std::size_t half = std::size_t(1) << 63;
+    std::size_t cases = 0, failures = 0, huge_cases = 0, page_cases = 0;
+    std::string first_failure;
+    for (int it = 0; it < 20000; ++it) {
+        const std::size_t nodes = pick(1, 4);
+        const topology& topo = synthetic_n(nodes);
+        std::vector<std::size_t> w(nodes);
+        const std::size_t kind = pick(0, 4);
+        for (auto& x : w) {
+            switch (kind) {
+            case 0: x = half + pick(0, 3) - 1; break;      // 2^63 - 1 .. 2^63 + 2
+            case 1: x = size_max - pick(0, 3); break;        // 2^64 - 4 .. 2^64 - 1
+            case 2: x = pick(0, 1) ? half + pick(0, 2) : size_max - pick(0, 2); break;
+            case 3: x = pick(0, 2) == 0 ? pick(0, 3) : half - pick(0, 2); break; // tiny beside huge
+            default: x = rng(); break;
+            }
+        }
+        if (std::all_of(w.begin(), w.end(), [](std::size_t x) { return x == 0; })) w[0] = half;
+        const std::size_t unit = std::vector<std::size_t>{1, 3, 8, 24, 4096, 5000, 3 * mib}[pick(0, 6)];
+        const page_geometry g{4096, pick(0, 3) == 0 ? 512 * mib : 2 * mib, pick(0, 1) ? thp_mode::always : thp_mode::madvise};
+        wide total = 0;
+        std::size_t smallest = 0;
+        for (std::size_t x : w) {
+            total += x;
+            if (x && (!smallest || x < smallest)) smallest = x;
+        }
+        // the smallest n with n × unit × smallest >= 8 × lcm(unit, huge) × total (fits: < 2^3+2^52+2^66)
+        const wide eight_steps = wide(8) * (unit / std::gcd(unit, g.huge)) * g.huge;
+        const wide den = wide(unit) * smallest;
+        const wide threshold = (eight_steps * total + den - 1) / den;
+        const std::size_t max_n = size_max / unit;
+        std::vector<std::size_t> sizes = {0, 1, max_n, max_n - 1};
+        for (std::size_t d = 0; d < 3; ++d)
+            if (threshold + d >= 1 && threshold + d - 1 <= max_n) sizes.push_back(static_cast<std::size_t>(threshold + d - 1));
+        for (std::size_t n : sizes) {
+            ++cases;
+            const basic_partition p(n, unit, 1, topo.all(), w, edge_alignment::automatic, topo, g);
+            std::string why = check_against_oracle(p, oracle_args{n, unit, 1, w, edge_alignment::automatic, g});
+            const bool huge_edges = p.alignment() == g.huge;
+            (huge_edges ? huge_cases : page_cases) += 1;
+            if (why.empty() && huge_edges)
+                for (std::size_t k = 0; k < p.block_count(); ++k)
+                    if (w[k] != 0 && p.block(k).size() < 8 * p.step()) why = "huge edges, a weighted block below 8 steps";
+            if (why.empty() && !huge_edges) { // some weighted share is below 8 steps: n × unit × w_k < 8 lcm × T
+                bool below = false;
+                for (std::size_t x : w)
+                    if (x && !(eight_steps >> 64) && mul(n * unit, x) < mul(static_cast<std::uint64_t>(eight_steps), total)) below = true;
+                if (!below && !(eight_steps >> 64)) why = "page edges, yet every weighted share spans 8 steps";
+            }
+            if (!why.empty() && failures++ == 0) {
+                first_failure = why + " (n " + std::to_string(n) + ", unit " + std::to_string(unit) + ", weights";
+                for (std::size_t x : w) first_failure += " " + std::to_string(x);
+                first_failure += ")";
+            }
+        }
+    }
+    EXPECT_EQ(failures, 0u) << first_failure;
+    EXPECT_GT(cases, 100000u);
+    EXPECT_GT(huge_cases, 10000u);
+    EXPECT_GT(page_cases, 10000u);
 }
 
 TEST(partition, rows_partition_splits_whole_rows) {
