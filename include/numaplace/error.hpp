@@ -51,7 +51,7 @@ public:
 class placement_error : public std::bad_alloc {
 public:
     placement_error(int node, std::size_t bytes, int error_number, const std::string& what)
-        : node_(node), bytes_(bytes), errno_(error_number),
+        : node_(node), bytes_(bytes), errno_(error_number), reason_(what),
           what_("numaplace: " + what + " (node " + (node < 0 ? std::string("any") : std::to_string(node)) +
                 ", " + std::to_string(bytes) + " bytes, errno " + std::to_string(error_number) + ")") {}
     // Copy only (moves copy): a moved-from error keeps its message; copies share it and never throw.
@@ -64,11 +64,15 @@ public:
     /// \returns the `errno` the kernel gave (`ENOMEM` when numaplace refused it beforehand).
     int error_number() const noexcept { return errno_; }
     const char* what() const noexcept override { return what_.what(); }
+    /// \returns the same error for a request of `bytes` (a heap that maps a span or region for a block
+    /// says what was asked for, not what it mapped). \throws std::bad_alloc (the message's copy).
+    placement_error for_request(std::size_t bytes) const { return placement_error(node_, bytes, errno_, reason_.what()); }
 
 private:
     int node_;
     std::size_t bytes_;
     int errno_;
+    std::runtime_error reason_; // `what` as given
     std::runtime_error what_;
 };
 

@@ -10,6 +10,7 @@
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/pmr.hpp>
+#include <numaplace/replace.hpp>
 #include <numaplace/report.hpp>
 #include <numaplace/where.hpp>
 
@@ -364,6 +365,50 @@ TEST(placement, partitioned_blocks_get_huge_pages_where_edges_are_huge_aligned) 
 }
 
 // --- place.hpp: strict throws, degrading falls back and says so ------------------------------------
+
+// Binding refused from the start: a strict heap allocation maps a span (64 KiB) or a region (64 MiB)
+// for a block, but its error names the request (bytes) and the node; a strict replace to one node
+// names that node.
+TEST(placement_attack, a_refused_allocation_names_the_bytes_asked_for_and_its_node) {
+    if (numaplace_test::rerun_started_under_seccomp()) return;
+    const topology& topo = topology::get();
+    const std::size_t page = detail::page_size();
+    for (std::size_t bytes : {std::size_t(1), std::size_t(8), std::size_t(100), page - 1, page, page + 1, std::size_t(20000),
+                              std::size_t(65536), std::size_t(500000), std::size_t(1) << 20, (std::size_t(1) << 20) + 1,
+                              std::size_t(4) << 20})
+        for (int node : topo.all()) {
+            SCOPED_TRACE("node " + std::to_string(node) + ", " + std::to_string(bytes) + " bytes");
+            try {
+                (void)node_allocator<char>(node).allocate(bytes);
+                ADD_FAILURE() << "no exception";
+            } catch (const placement_error& e) {
+                EXPECT_EQ(e.bytes(), bytes);
+                EXPECT_EQ(e.node(), node);
+                EXPECT_EQ(e.error_number(), EPERM);
+                EXPECT_NE(std::string(e.what()).find(", " + std::to_string(bytes) + " bytes,"), std::string::npos) << e.what();
+            }
+        }
+    std::vector<char> v(16 * page, 1);
+    replace_options keep;
+    keep.keep_policy = true;
+    for (int node : topo.all()) {
+        try {
+            (void)replace(v.data(), v.size(), on_node(node), keep);
+            ADD_FAILURE() << "no exception for node " << node;
+        } catch (const replace_error& e) {
+            EXPECT_EQ(e.node(), node);
+            EXPECT_EQ(e.error_number(), EPERM);
+        }
+    }
+    if (topo.size() >= 2) {
+        try {
+            (void)replace(v.data(), v.size(), interleaved(topo.all()), keep);
+            ADD_FAILURE() << "no exception for the interleave";
+        } catch (const replace_error& e) {
+            EXPECT_EQ(e.node(), -1);
+        }
+    }
+}
 
 // get_mempolicy refused alone (recent Docker profiles deny it): a weighted interleave, which fills its
 // runs under a temporary thread policy, cannot read the thread's own policy to restore it. It must not

@@ -44,6 +44,16 @@ struct replace_plan {
     std::uintptr_t last() const noexcept { return address(pages); } // the end of the last page
     std::uintptr_t whole_begin() const noexcept { return round_up(begin, page_size()); }
     std::uintptr_t whole_end() const noexcept { return end / page_size() * page_size(); }
+    /// \returns the one node the target puts pages on (its errors name it), or -1 for several.
+    int target_node() const noexcept {
+        if (!interleave_nodes.empty()) return interleave_nodes.size() == 1 ? interleave_nodes[0] : -1;
+        int node = -1;
+        for (const auto& r : runs) {
+            if (node >= 0 && r.second != node) return -1;
+            node = r.second;
+        }
+        return node;
+    }
 };
 
 /// \throws unknown_node for an id of `nodes` that `topo` does not have (an empty set is fine).

@@ -75,6 +75,17 @@ NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::s
     memory::unmap(p, bytes);
 }
 
+/// \returns a block of heap slot `slot` for a request of `bytes`, from the heap's lists or new memory.
+/// \throws placement_error naming `bytes` (the heap maps a span or a region at a time).
+NUMAPLACE_NOINLINE inline void* routed_heap_allocate(std::size_t heap, std::size_t slot, std::size_t bytes) {
+    try {
+        return heap_allocate(heap, slot);
+    } catch (const placement_error& e) {
+        if (e.bytes() == bytes) throw;
+        throw e.for_request(bytes);
+    }
+}
+
 /// \returns `bytes` (0 allowed) aligned to `alignment` (a power of two), placed by `placement`: from the
 /// heap of its home node, or its own mapping.
 /// \throws placement_error (a std::bad_alloc): no memory, size overflow, a strict placement refused, or
@@ -86,7 +97,7 @@ NUMAPLACE_ALWAYS_INLINE void* routed_allocate(const Placement& placement, std::s
     const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
     if (thread_cache* tc = thread_cache::current())
         if (void* p = tc->try_pop(heap, slot)) return p;
-    return heap_allocate(heap, slot);
+    return routed_heap_allocate(heap, slot, bytes);
 }
 /// \effects releases what `routed_allocate(placement, bytes, alignment)` returned. Never allocates.
 template <class Placement>
