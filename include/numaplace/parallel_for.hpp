@@ -189,8 +189,10 @@ void run_blocks(const Part& part, Fn&& fn) {
 
 /// \effects calls `body` on contiguous subranges covering [0, part.size()) exactly once (units: rows of
 /// a rows partition, elements otherwise), block k's in node k's arena on node k's cores, all blocks at
-/// once; oneTBB balances inside a block (`grain`: smallest subrange). `body` takes a `subrange` or one
-/// `std::size_t` index. A nested call stays in the current node's arena.
+/// once; oneTBB balances inside a block. `grain` is oneTBB's `blocked_range` grainsize, not a minimum:
+/// a subrange is split while it holds more than `grain` units, so subranges may be smaller than
+/// `grain` (about grain / 2 when split in halves). `body` takes a `subrange` or one `std::size_t`
+/// index. A nested call stays in the current node's arena.
 /// \throws unknown_node before running anything when a non-empty block's node is not this process's
 /// (a partition made for another topology); the first exception `body` throws (the other blocks are
 /// cancelled).

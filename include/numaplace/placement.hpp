@@ -128,10 +128,14 @@ private:
     fallback fallback_;
 };
 
-/// Pages round robin over a node set, page by page. With weights, `weights[k]` consecutive pages go to
-/// `nodes[k]` in each round. Equal weights use the kernel's MPOL_INTERLEAVE (pages are placed lazily,
-/// at first touch, in address order); unequal weights are placed eagerly at allocation by
-/// `memory::weighted_fill` (see there why not MPOL_WEIGHTED_INTERLEAVE).
+/// Pages round robin over a node set, page by page, in one of two orders, which differ where node ids
+/// are not OS indexes (an HMAT machine):
+/// - equal weights (none, or all equal once reduced by their gcd): the kernel's MPOL_INTERLEAVE, pages
+///   placed lazily at first touch; the page at address a goes to the ((a / page) mod n)-th node of the
+///   set in OS-index order (`node::os_index`), so an allocation may start on any of its nodes.
+/// - unequal weights: numaplace's own runs, placed eagerly at allocation by `memory::weighted_fill` (see
+///   there why not MPOL_WEIGHTED_INTERLEAVE): from the allocation's first page, `weights[k]` consecutive
+///   pages on `nodes[k]`, in node-id order (the order of `nodes()`), round after round.
 class interleaved {
 public:
     /// \effects interleave over every node of the topology.

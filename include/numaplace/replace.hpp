@@ -37,8 +37,10 @@ inline replace_report replace(const void* p, std::size_t bytes, const on_node& t
 
 /// \effects moves the pages [p, p + bytes) overlaps round robin over `target.nodes()` as the kernel's
 /// MPOL_INTERLEAVE would place them (page at address a on node (a / page) mod n, in OS-index order);
-/// with `opts.keep_policy` sets that policy. Weighted: runs of weights[k] pages from the range's first
-/// page, policy left as it is. \returns what moved. \throws as the `on_node` overload.
+/// with `opts.keep_policy` sets that policy. Weighted: runs of weights[k] pages on nodes[k] from the
+/// range's first page, in node-id order; no kernel policy expresses them, so none is set even with
+/// `opts.keep_policy` (the range's policy is left as it is; `policy_kept` false, `policy_errno` 0: not a
+/// refusal, so the report can be `complete()`). \returns what moved. \throws as the `on_node` overload.
 inline replace_report replace(const void* p, std::size_t bytes, const interleaved& target, const replace_options& opts = {}) {
     detail::refuse_partitioned_overlap(p, bytes);
     return detail::run_replace(detail::interleave_plan(p, bytes, target), target.on_refusal(), opts);

@@ -75,9 +75,16 @@ struct replace_report {
     std::size_t untouched = 0;   ///< mapped pages not faulted in (or the zero page): placed on touch
     std::vector<replace_failure> failures; ///< pages that could not move, per errno (ascending)
     bool policy_kept = false;    ///< the target's policy is set on the whole pages of the range (false: none)
-    int policy_errno = 0;        ///< why not (0 when kept or not asked)
+    int policy_errno = 0;        ///< why not (0 when kept, not asked, or no kernel policy expresses the target)
     int query_errno = 0;         ///< the page query was refused (nothing examined; every page counted failed)
-    std::size_t huge_pages_split = 0; ///< THPs split where the target changes (MADV_COLD at the edge)
+    /// Transparent huge pages (mapped huge) that held an edge where the target changes (a block edge,
+    /// every huge-page window of an interleave, the range's own start and end) and were split there.
+    /// Exact from Linux 6.7 (PAGEMAP_SCAN); before, an upper bound (`huge_pages_split_exact` false):
+    /// windows wholly resident in a mapping that held huge pages. 0 where no huge page can be (THP
+    /// `never`, a mapping without huge pages, pages not resident). Not counted again: a huge page an
+    /// earlier, budget-stopped call's policy or advice already split.
+    std::size_t huge_pages_split = 0;
+    bool huge_pages_split_exact = true; ///< false: `huge_pages_split` is an upper bound (see there)
     std::chrono::nanoseconds elapsed{0};
 
     /// \returns the pages that could not move (pages not mapped included, as EFAULT).
@@ -96,8 +103,9 @@ struct replace_report {
     std::size_t not_mapped() const noexcept { return failed(EFAULT); }
     /// \returns whether every page of the range has been examined (no budget left pages behind).
     bool done() const noexcept { return resume_at >= pages; }
-    /// \returns whether the range is done, every page mapped and moved or in place, and the policy
-    /// kept as asked.
+    /// \returns whether the range is done, every page mapped and moved or in place, and no policy
+    /// refused (`policy_errno` 0). A policy that is not set is no failure: not asked for, or a target no
+    /// kernel policy expresses (a weighted interleave, even with `keep_policy`: `policy_kept` false).
     bool complete() const noexcept { return done() && failures.empty() && policy_errno == 0; }
     /// \returns one line: pages moved, in place, untouched, failed per errno, policy.
     std::string summary() const {
@@ -110,7 +118,9 @@ struct replace_report {
                << "): " << f.pages << ']';
         os << "; policy "
            << (policy_kept ? "kept" : policy_errno ? "REFUSED (errno " + std::to_string(policy_errno) + ")" : "not set");
-        if (huge_pages_split) os << "; " << huge_pages_split << " huge pages split at edges";
+        if (huge_pages_split)
+            os << "; " << (huge_pages_split_exact ? "" : "at most ") << huge_pages_split
+               << " huge pages straddling edges split";
         if (!done()) os << "; stopped by budget, resume at page " << resume_at;
         return os.str();
     }

@@ -463,6 +463,123 @@ TEST(replace, huge_page_straddling_a_block_edge_is_split) {
     memory::unmap(d, bytes);
 }
 
+namespace {
+// AnonHugePages (kB) of the VMAs that overlap [p, p + bytes), from /proc/self/smaps.
+std::size_t anon_huge_kb(const void* p, std::size_t bytes) {
+    std::FILE* f = std::fopen("/proc/self/smaps", "r");
+    if (!f) return 0;
+    const auto b = reinterpret_cast<std::uintptr_t>(p), e = b + bytes;
+    bool inside = false;
+    std::size_t total = 0;
+    char line[512];
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long lo = 0, hi = 0, kb = 0;
+        if (std::sscanf(line, "AnonHugePages: %lu", &kb) == 1) {
+            if (inside) total += kb;
+        } else if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2) {
+            inside = lo < e && hi > b;
+        }
+    }
+    std::fclose(f);
+    return total;
+}
+// Four huge pages' worth, huge-page aligned, touched by one thread; with THP `advice` (or none).
+double* touched_huge_mapping(std::size_t huge, int advice) {
+    auto* d = static_cast<double*>(map_aligned(4 * huge, huge));
+    if (advice >= 0) ::madvise(d, 4 * huge, advice);
+    for (std::size_t i = 0; i < 4 * huge / sizeof(double); ++i) d[i] = static_cast<double>(i);
+    return d;
+}
+} // namespace
+
+// Outside test (2026-11-26): huge_pages_split counted successful MADV_COLD calls at edges, 1 for a
+// 16-page MADV_NOHUGEPAGE mapping and 2 for 8 never-touched PROT_NONE pages. It counts huge pages only.
+TEST(replace, huge_pages_split_is_zero_where_no_huge_page_can_be) {
+    const int home = topology::get().all()[0];
+    const std::size_t small = 16 * page;
+    char* p = static_cast<char*>(::mmap(nullptr, small, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(p, MAP_FAILED);
+    ::madvise(p, small, MADV_NOHUGEPAGE);
+    std::memset(p, 1, small);
+    replace_report r = replace(p + 100, small - 200, on_node(home));
+    EXPECT_EQ(r.huge_pages_split, 0u) << r.summary();
+    EXPECT_EQ(r.summary().find("huge pages"), std::string::npos) << r.summary();
+    ::munmap(p, small);
+
+    char* none = static_cast<char*>(::mmap(nullptr, 8 * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    ASSERT_NE(none, MAP_FAILED);
+    r = replace(none + 100, 8 * page - 200, on_node(home), replace_options{});
+    EXPECT_EQ(r.huge_pages_split, 0u) << r.summary();
+    ::munmap(none, 8 * page);
+
+    // Four huge-page windows wholly resident, but MADV_NOHUGEPAGE from the start: no huge page.
+    const std::size_t huge = detail::huge_page_size();
+    double* d = touched_huge_mapping(huge, MADV_NOHUGEPAGE);
+    ASSERT_EQ(anon_huge_kb(d, 4 * huge), 0u);
+    const char* c = reinterpret_cast<const char*>(d);
+    r = replace(c + huge / 2, 2 * huge, on_node(home));
+    EXPECT_EQ(r.huge_pages_split, 0u) << r.summary();
+    r = replace(c, 4 * huge, interleaved(topology::get().all()));
+    EXPECT_EQ(r.huge_pages_split, 0u) << r.summary();
+    memory::unmap(d, 4 * huge);
+}
+
+// A huge page that does straddle an edge is counted, once per huge page: the range's own ends, block
+// edges inside a huge page, every huge page of an interleave over several nodes.
+TEST(replace, huge_pages_split_counts_each_huge_page_straddling_an_edge) {
+    const topology& topo = topology::get();
+    if (topo.capabilities().thp == "never") GTEST_SKIP() << "THP never";
+    const std::size_t huge = detail::huge_page_size();
+    const std::size_t huge_kb = huge / 1024;
+    const int home = topo.all()[0];
+    // The range's ends: [0.5, 2.5) huge pages holds two edges, in huge pages 0 and 2.
+    double* d = touched_huge_mapping(huge, MADV_HUGEPAGE);
+    if (anon_huge_kb(d, 4 * huge) != 4 * huge_kb) {
+        memory::unmap(d, 4 * huge);
+        GTEST_SKIP() << "no transparent huge pages formed here";
+    }
+    const char* c = reinterpret_cast<const char*>(d);
+    replace_report r = replace(c + huge / 2, 2 * huge, on_node(home));
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(r.huge_pages_split, 2u) << r.summary();
+    EXPECT_NE(r.summary().find("2 huge pages straddling edges split"), std::string::npos) << r.summary();
+    EXPECT_EQ(anon_huge_kb(d, 4 * huge), 2 * huge_kb) << "huge pages 0 and 2 split, 1 and 3 whole";
+    // Again: nothing left to split at those edges.
+    r = replace(c + huge / 2, 2 * huge, on_node(home));
+    EXPECT_EQ(r.huge_pages_split, 0u) << r.summary();
+    memory::unmap(d, 4 * huge);
+
+    // Block edges on small pages: each huge page holding an inner edge off a huge-page boundary counts once.
+    const node_set nodes = topo.with_cpus();
+    std::vector<std::size_t> w(nodes.size());
+    for (std::size_t k = 0; k < w.size(); ++k) w[k] = k % 2 ? 5 : 3;
+    d = touched_huge_mapping(huge, MADV_HUGEPAGE);
+    ASSERT_EQ(anon_huge_kb(d, 4 * huge), 4 * huge_kb);
+    const std::size_t n = 4 * huge / sizeof(double);
+    const partition<double> part(n, nodes, w, edge_alignment::page);
+    std::vector<std::size_t> windows;
+    for (std::size_t k = 1; k < part.block_count(); ++k) {
+        const std::size_t at = part.block(k).begin * sizeof(double);
+        if (!part.block(k).empty() && at % huge != 0 && at < 4 * huge &&
+            std::find(windows.begin(), windows.end(), at / huge) == windows.end())
+            windows.push_back(at / huge);
+    }
+    for (const replace_options& o : {replace_options{}, [] { replace_options k; k.keep_policy = true; return k; }()}) {
+        r = replace(d, part, fallback::strict, o);
+        EXPECT_TRUE(r.complete()) << r.summary();
+        EXPECT_EQ(r.huge_pages_split, windows.size()) << r.summary() << (o.keep_policy ? " (policy kept)" : "");
+        check_pages(d, n, part.blocks());
+        memory::unmap(d, 4 * huge);
+        d = touched_huge_mapping(huge, MADV_HUGEPAGE);
+        ASSERT_EQ(anon_huge_kb(d, 4 * huge), 4 * huge_kb);
+    }
+    // An interleave over several nodes changes target in every huge page.
+    r = replace(reinterpret_cast<const char*>(d), 4 * huge, interleaved(topo.all()));
+    EXPECT_TRUE(r.complete()) << r.summary();
+    EXPECT_EQ(r.huge_pages_split, topo.size() > 1 ? 4u : 0u) << r.summary();
+    memory::unmap(d, 4 * huge);
+}
+
 TEST(replace, report_prints_and_error_copies_share_the_report) {
     std::vector<double> v(5000, 1.0);
     replace_report r = replace(v, partition<double>(v.size()));

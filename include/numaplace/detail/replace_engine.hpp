@@ -13,6 +13,7 @@
 #include "../where.hpp"
 #include "linux.hpp"
 #include "moved_ranges.hpp"
+#include "replace_huge.hpp"
 #include "replace_plan.hpp"
 
 #include <algorithm>
@@ -46,60 +47,6 @@ inline void record_failure(std::vector<replace_failure>& failures, int error, st
     std::sort(failures.begin(), failures.end(),
               [](const replace_failure& a, const replace_failure& b) { return a.error < b.error; });
 }
-
-/// Splits the transparent huge pages in which the target changes, batch by batch, before their pages
-/// move: at a block edge, at every page of an interleave, and at the range's own start and end (inside
-/// versus outside). A THP moves whole, so one left straddling an edge would drag the other side along.
-class huge_page_splitter {
-public:
-    explicit huge_page_splitter(const replace_plan& plan)
-        : plan_(plan), on_(plan.topo->capabilities().thp != "never"), huge_(huge_page_size()) {}
-
-    /// \effects splits every THP that holds an edge and overlaps the pages [from, to) (a THP moves whole
-    /// with any of its pages). \returns the splits made.
-    std::size_t split(std::size_t from, std::size_t to) {
-        if (!on_ || from >= to) return 0;
-        const std::size_t page = plan_.page_size();
-        const std::uintptr_t r_lo = plan_.address(from) / huge_, r_hi = (plan_.address(to) - 1) / huge_;
-        auto overlaps = [&](std::uintptr_t a) { return a / huge_ >= r_lo && a / huge_ <= r_hi; };
-        std::size_t made = 0;
-        if (plan_.first % huge_ != 0 && overlaps(plan_.first)) made += at(plan_.first); // the range's start
-        if (plan_.interleave.size() > 1) { // the target changes at every page: every region
-            for (std::uintptr_t r = r_lo; r <= r_hi; ++r) made += at(std::max(r * huge_, plan_.first));
-        } else if (plan_.interleave.empty()) {
-            const std::size_t p_lo = r_lo * huge_ <= plan_.first ? 0 : (r_lo * huge_ - plan_.first) / page;
-            auto run = std::lower_bound(plan_.runs.begin(), plan_.runs.end(), p_lo,
-                                        [](const std::pair<std::size_t, int>& r, std::size_t p) { return r.first < p; });
-            for (; run != plan_.runs.end() && overlaps(plan_.address(run->first)); ++run)
-                if (run->first != 0 && plan_.address(run->first) % huge_ != 0) made += at(plan_.address(run->first));
-        }
-        if (plan_.last() % huge_ != 0 && overlaps(plan_.last() - page)) made += at(plan_.last() - page); // the range's end
-        return made;
-    }
-
-private:
-    // One small page at the edge, inside the range: the kernel splits a THP that MADV_COLD covers only
-    // partly (mapped once); small pages are only aged on the LRU.
-    std::size_t at(std::uintptr_t a) {
-        if (!advised_) {
-            // No THP forms again across an edge (faults, khugepaged): on the range's whole pages only,
-            // partial pages belong to other data too.
-            if (plan_.whole_end() > plan_.whole_begin())
-                os_advise(reinterpret_cast<void*>(plan_.whole_begin()), plan_.whole_end() - plan_.whole_begin(),
-                          page_advice::no_huge_pages);
-            advised_ = true;
-        }
-        if (a / huge_ == last_region_) return 0;
-        last_region_ = a / huge_;
-        return os_advise(reinterpret_cast<void*>(a), plan_.page_size(), page_advice::cold) == 0 ? 1 : 0;
-    }
-
-    const replace_plan& plan_;
-    bool on_;
-    std::size_t huge_;
-    bool advised_ = false;
-    std::uintptr_t last_region_ = ~std::uintptr_t(0);
-};
 
 /// Where the holes of the address space end: the starts of this process's mappings, read from
 /// /proc/self/maps when the first hole is met (once per call).
@@ -185,7 +132,10 @@ inline replace_report run_replace(const replace_plan& plan, fallback fb, const r
     // Freed, memory whose pages move here is not reused as it is (heap runs, cached mappings): a
     // partitioned buffer has its own record (plan.owned).
     if (!plan.owned) note_replaced(plan.first, plan.last(), plan.policy && opts.keep_policy.value_or(false));
-    if (plan.policy && opts.keep_policy.value_or(plan.owned)) {
+    const bool set = plan.policy && opts.keep_policy.value_or(plan.owned);
+    huge_page_splitter splitter(plan);
+    splitter.prepare(set); // before the policy splits VMAs (and huge pages) at the block edges
+    if (set) {
         rep.policy_errno = set_policy(plan);
         rep.policy_kept = rep.policy_errno == 0 && plan.whole_end() > plan.whole_begin();
     }
@@ -200,7 +150,6 @@ inline replace_report run_replace(const replace_plan& plan, fallback fb, const r
     move_node.reserve(batch);
     move_status.reserve(batch);
     move_index.reserve(batch);
-    huge_page_splitter splitter(plan);
     mapping_starts mappings;
 
     const std::size_t budget = opts.page_budget;
@@ -321,6 +270,7 @@ inline replace_report run_replace(const replace_plan& plan, fallback fb, const r
         if (budget != 0 && (attempted >= budget || queried >= scan_limit)) break;
     }
     rep.resume_at = i;
+    rep.huge_pages_split_exact = splitter.exact();
     rep.elapsed = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start);
 
     if (!rep.failures.empty() || rep.policy_errno != 0) {
@@ -328,11 +278,11 @@ inline replace_report run_replace(const replace_plan& plan, fallback fb, const r
                         : !rep.failures.empty() ? rep.failures.front().error : rep.policy_errno;
         const std::string what = "replace to " + plan.what;
         if (fb == fallback::strict)
-            throw replace_error(-1, plan.end - plan.begin, err, what + ": " + rep.summary(),
+            throw replace_error(plan.target_node(), plan.end - plan.begin, err, what + ": " + rep.summary(),
                                 std::make_shared<const replace_report>(rep));
         std::string why;
         for (const auto& f : rep.failures) why += " errno " + std::to_string(f.error) + ": " + std::to_string(f.pages) + ";";
-        refused(err, -1, plan.end - plan.begin, fb, what,
+        refused(err, plan.target_node(), plan.end - plan.begin, fb, what,
                 std::to_string(rep.failed_pages()) + " pages could not move (" + why + " left where they were), policy " +
                     (rep.policy_errno ? "refused (errno " + std::to_string(rep.policy_errno) + ")"
                                       : std::string(rep.policy_kept ? "kept" : "not set")));
