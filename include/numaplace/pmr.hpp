@@ -11,10 +11,12 @@
 #include "placement.hpp"
 #include "topology.hpp"
 
+#include <cerrno>
 #include <cstddef>
 #include <memory>
 #include <memory_resource>
 #include <mutex>
+#include <string>
 #include <vector>
 
 
@@ -44,7 +46,8 @@ private:
 /// The pooled resource of one node: blocks up to 1 MiB (at alignments up to their size) come from the
 /// node's heap (size classes, per-thread caches: detail/heap/), larger ones are their own
 /// node-bound mapping. Binding is degrading: if the kernel refuses it, memory comes from anywhere and
-/// `degradations()` says so. Requests beyond the node's free memory throw `placement_error` (ENOMEM).
+/// `degradations()` says so. Requests beyond the node's free memory throw `placement_error` (ENOMEM);
+/// an alignment that is not a power of two, `placement_error` (EINVAL).
 class node_pool_resource : public std::pmr::memory_resource {
 public:
     explicit node_pool_resource(int node) : pages_(node, node_policy::bind, fallback::degrade) {}
@@ -52,6 +55,9 @@ public:
 
 private:
     void* do_allocate(std::size_t bytes, std::size_t alignment) override {
+        if (!detail::is_power_of_two(alignment)) // as page_resource: a block aligned to 16 is not to 3
+            detail::throw_placement(node(), bytes, EINVAL, "node_pool: alignment " + std::to_string(alignment) +
+                                                               " is not a power of two");
         return detail::routed_allocate(pages_, bytes, alignment);
     }
     void do_deallocate(void* p, std::size_t bytes, std::size_t alignment) override {

@@ -138,7 +138,7 @@ public:
     /// \returns whether some copy's binding was refused (degrading: left to first touch).
     bool degraded() const noexcept {
         for (const auto& c : copies_)
-            if (c.data && !c.bound) return true;
+            if (refused(c)) return true;
         return false;
     }
 
@@ -200,11 +200,11 @@ public:
             try {
                 h = where(k);
             } catch (const std::exception& e) { // page queries refused (a container's seccomp profile)
-                os << "  copy on node " << copies_[k].node << (copies_[k].bound ? "" : " (NOT bound: binding refused)")
+                os << "  copy on node " << copies_[k].node << (refused(copies_[k]) ? " (NOT bound: binding refused)" : "")
                    << ": placement unknown (" << e.what() << ")\n";
                 continue;
             }
-            os << "  copy on node " << copies_[k].node << (copies_[k].bound ? "" : " (NOT bound: binding refused)") << ": "
+            os << "  copy on node " << copies_[k].node << (refused(copies_[k]) ? " (NOT bound: binding refused)" : "") << ": "
                << h.on(copies_[k].node) << " of " << h.pages << " pages there";
             if (h.untouched) os << ", " << h.untouched << " untouched";
             os << '\n';
@@ -212,6 +212,8 @@ public:
     }
 
 private:
+    // Whether binding copy c was refused (a copy of no bytes has no pages to bind: never).
+    static bool refused(const copy& c) noexcept { return c.data && !c.bound; }
     // Admitted and bound through the one placement path (degrading: written from its node's arena).
     bool bind(const copy& c) {
         return detail::place(c.data, mapped_bytes(), memory::policy_mode::bind, node_set{c.node}, fallback_,

@@ -99,6 +99,28 @@ TEST(pmr, every_power_of_two_alignment_to_4_mib_exactly) {
             }
 }
 
+// An alignment that is not a power of two (a caller's precondition in std::pmr): refused the same way
+// by both resources, placement_error EINVAL naming the node and the bytes, never a misaligned block.
+TEST(pmr, an_alignment_that_is_not_a_power_of_two_is_refused_by_both_resources) {
+    page_resource<on_node> pages{on_node(0)};
+    for (std::pmr::memory_resource* r : {static_cast<std::pmr::memory_resource*>(&node_pool(0)),
+                                         static_cast<std::pmr::memory_resource*>(&pages)})
+        for (std::size_t a : {std::size_t(0), std::size_t(3), std::size_t(6), std::size_t(12), std::size_t(24), page + 1,
+                              std::size_t(4097), SIZE_MAX})
+            for (std::size_t bytes : {std::size_t(1), std::size_t(100), std::size_t(70000)}) {
+                SCOPED_TRACE(std::to_string(bytes) + " bytes at alignment " + std::to_string(a));
+                try {
+                    void* p = r->allocate(bytes, a);
+                    r->deallocate(p, bytes, a);
+                    ADD_FAILURE() << "no exception";
+                } catch (const placement_error& e) {
+                    EXPECT_EQ(e.error_number(), EINVAL);
+                    EXPECT_EQ(e.node(), 0);
+                    EXPECT_EQ(e.bytes(), bytes);
+                }
+            }
+}
+
 // --- std::pmr containers with numaplace resources, for every node -----------------------------------
 
 TEST(pmr, containers_on_every_node_pool) {

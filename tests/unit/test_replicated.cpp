@@ -180,6 +180,10 @@ TEST(replicated, sizes_zero_one_page_minus_one_and_overflow) {
     EXPECT_EQ(zero.size(), 0u);
     EXPECT_EQ(zero.bytes(), 0u);
     EXPECT_EQ(zero.copy_for(0), nullptr);
+    EXPECT_FALSE(zero.degraded());
+    std::ostringstream zero_report; // no pages to bind: nothing refused
+    zero.report(zero_report);
+    EXPECT_EQ(zero_report.str().find("NOT bound"), std::string::npos) << zero_report.str();
     const std::uint32_t one = 42;
     replicated<std::uint32_t> r1(&one, 1);
     EXPECT_EQ(r1.bytes_per_copy(), page);

@@ -88,8 +88,8 @@ NUMAPLACE_NOINLINE inline void* routed_heap_allocate(std::size_t heap, std::size
 
 /// \returns `bytes` (0 allowed) aligned to `alignment` (a power of two), placed by `placement`: from the
 /// heap of its home node, or its own mapping.
-/// \throws placement_error (a std::bad_alloc): no memory, size overflow, a strict placement refused, or
-/// an alignment that is not a power of two.
+/// \throws placement_error (a std::bad_alloc): no memory, size overflow, a strict placement refused.
+/// \requires `alignment` a power of two (callers check a user's: node_pool_resource).
 template <class Placement>
 NUMAPLACE_ALWAYS_INLINE void* routed_allocate(const Placement& placement, std::size_t bytes, std::size_t alignment) {
     const std::size_t slot = route_slot<Placement>(bytes, alignment);
