@@ -138,7 +138,7 @@ public:
     ~unique_fd() { reset(); }
     int get() const noexcept { return fd_; }
     void reset(int fd = -1) noexcept {
-        if (fd_ >= 0) ::close(fd_);
+        if (fd_ >= 0) detail::os_close(fd_);
         fd_ = fd;
     }
 

@@ -12,16 +12,20 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iterator> // before <fstream>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <fstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ctime>
 
 #include <fcntl.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -182,6 +186,70 @@ inline int os_file_size(int fd, std::size_t& bytes) noexcept {
     if (::fstat(fd, &st) != 0) return errno;
     bytes = static_cast<std::size_t>(st.st_size);
     return 0;
+}
+
+// PAGEMAP_SCAN (Linux 6.7, <linux/fs.h>), declared here: older uapi headers lack it.
+struct pagemap_region {
+    std::uint64_t start, end, categories;
+};
+struct pagemap_scan_arg {
+    std::uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted, category_mask,
+        category_anyof_mask, return_mask;
+};
+constexpr std::uint64_t pagemap_is_pfn_zero = 1u << 5, pagemap_is_huge = 1u << 6;
+constexpr unsigned long pagemap_scan_request = _IOWR('f', 16, pagemap_scan_arg);
+
+/// \returns /proc/self/pagemap opened where the kernel has PAGEMAP_SCAN (Linux 6.7: an empty scan
+/// succeeds), else -1.
+inline int os_open_pagemap_scan() noexcept {
+    const int fd = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    pagemap_scan_arg arg{};
+    arg.size = sizeof arg;
+    arg.return_mask = pagemap_is_huge;
+    if (::ioctl(fd, pagemap_scan_request, &arg) < 0) { // EINVAL or ENOTTY: no PAGEMAP_SCAN
+        ::close(fd);
+        return -1;
+    }
+    return fd;
+}
+/// \returns whether [start, end) holds a transparent huge page mapped huge, not the huge zero page (1
+/// or 0), asked of `fd` (os_open_pagemap_scan); -1 when the kernel refused.
+inline int os_pagemap_scan_huge(int fd, std::uintptr_t start, std::uintptr_t end) noexcept {
+    pagemap_region r{};
+    pagemap_scan_arg arg{};
+    arg.size = sizeof arg;
+    arg.start = start;
+    arg.end = end;
+    arg.vec = reinterpret_cast<std::uintptr_t>(&r);
+    arg.vec_len = 1;
+    arg.category_mask = pagemap_is_huge | pagemap_is_pfn_zero; // huge, not the huge zero page
+    arg.category_inverted = pagemap_is_pfn_zero;
+    arg.return_mask = pagemap_is_huge;
+    const int n = ::ioctl(fd, pagemap_scan_request, &arg);
+    return n < 0 ? -1 : n > 0 ? 1 : 0;
+}
+inline void os_close(int fd) noexcept { ::close(fd); }
+/// \effects appends the [start, end) of every mapping of this process holding transparent huge pages
+/// (AnonHugePages of /proc/self/smaps not 0). \returns false when smaps cannot be read.
+inline bool os_huge_page_mappings(std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& out) {
+    std::FILE* f = std::fopen("/proc/self/smaps", "r");
+    if (!f) return false;
+    char line[256];
+    bool at_start = true;
+    unsigned long lo = 0, hi = 0;
+    while (std::fgets(line, sizeof line, f)) {
+        unsigned long a = 0, b = 0, kb = 0; // sscanf may store a field before it fails
+        if (at_start && std::sscanf(line, "AnonHugePages: %lu", &kb) == 1) {
+            if (kb != 0) out.emplace_back(lo, hi);
+        } else if (at_start && std::sscanf(line, "%lx-%lx ", &a, &b) == 2) {
+            lo = a;
+            hi = b;
+        }
+        at_start = std::strchr(line, '\n') != nullptr;
+    }
+    std::fclose(f);
+    return true;
 }
 
 /// What the kernel lets this process do with memory policies and page queries, probed on one page of

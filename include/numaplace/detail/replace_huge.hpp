@@ -9,30 +9,13 @@
 #include "replace_plan.hpp"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 #include <utility>
 #include <vector>
 
-#include <fcntl.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
-
 namespace numaplace {
 namespace detail {
-
-// PAGEMAP_SCAN (Linux 6.7, <linux/fs.h>), declared here: older uapi headers lack it.
-struct pagemap_region {
-    std::uint64_t start, end, categories;
-};
-struct pagemap_scan_arg {
-    std::uint64_t size, flags, start, end, walk_end, vec, vec_len, max_pages, category_inverted, category_mask,
-        category_anyof_mask, return_mask;
-};
-constexpr std::uint64_t pagemap_is_pfn_zero = 1u << 5, pagemap_is_huge = 1u << 6;
 
 /// Whether the huge-page window holding an address holds a transparent huge page mapped huge (PMD).
 /// Exact from Linux 6.7 (PAGEMAP_SCAN, one ioctl per window). Before: an upper bound, never true where
@@ -42,7 +25,7 @@ class huge_page_probe {
 public:
     explicit huge_page_probe(std::size_t huge) : huge_(huge) {}
     ~huge_page_probe() {
-        if (fd_ >= 0) ::close(fd_);
+        if (fd_ >= 0) os_close(fd_);
     }
     huge_page_probe(const huge_page_probe&) = delete;
     huge_page_probe& operator=(const huge_page_probe&) = delete;
@@ -54,27 +37,20 @@ public:
         const std::uintptr_t w = a / huge_ * huge_;
         for (const auto& k : known_)
             if (k.first == w) return k.second;
-        if (fd_ == -2) open();
+        if (fd_ == -2) fd_ = os_open_pagemap_scan();
         if (fd_ >= 0) {
-            pagemap_region r{};
-            pagemap_scan_arg arg{};
-            arg.size = sizeof arg;
-            arg.start = w;
-            arg.end = w + huge_;
-            arg.vec = reinterpret_cast<std::uintptr_t>(&r);
-            arg.vec_len = 1;
-            arg.category_mask = pagemap_is_huge | pagemap_is_pfn_zero; // huge, not the huge zero page
-            arg.category_inverted = pagemap_is_pfn_zero;
-            arg.return_mask = pagemap_is_huge;
-            const int n = ::ioctl(fd_, _IOWR('f', 16, pagemap_scan_arg), &arg);
+            const int n = os_pagemap_scan_huge(fd_, w, w + huge_);
             if (n >= 0) return n > 0;
-            ::close(fd_); // refused after all: the upper bound from here on
+            os_close(fd_); // refused after all: the upper bound from here on
             fd_ = -1;
         }
         vec_.resize(huge_ / page_size());
         if (os_resident(reinterpret_cast<const void*>(w), huge_, vec_.data()) != 0) return false; // a hole
         if (std::any_of(vec_.begin(), vec_.end(), [](unsigned char c) { return (c & 1) == 0; })) return false;
-        if (!smaps_read_) read_smaps();
+        if (!smaps_read_) {
+            smaps_read_ = true;
+            if (!os_huge_page_mappings(huge_vmas_)) huge_vmas_.assign(1, {0, ~std::uintptr_t(0)}); // cannot tell: any may
+        }
         return std::any_of(huge_vmas_.begin(), huge_vmas_.end(),
                            [&](const std::pair<std::uintptr_t, std::uintptr_t>& v) { return v.first <= w && w + huge_ <= v.second; });
     }
@@ -87,40 +63,6 @@ public:
     }
 
 private:
-    void open() {
-        fd_ = ::open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-        if (fd_ < 0) return;
-        pagemap_scan_arg arg{}; // an empty scan: EINVAL or ENOTTY where the kernel has no PAGEMAP_SCAN
-        arg.size = sizeof arg;
-        arg.return_mask = pagemap_is_huge;
-        if (::ioctl(fd_, _IOWR('f', 16, pagemap_scan_arg), &arg) < 0) {
-            ::close(fd_);
-            fd_ = -1;
-        }
-    }
-    void read_smaps() {
-        smaps_read_ = true;
-        std::FILE* f = std::fopen("/proc/self/smaps", "r");
-        if (!f) { // cannot tell: every resident window of a mapping may hold one
-            huge_vmas_.emplace_back(0, ~std::uintptr_t(0));
-            return;
-        }
-        char line[256];
-        bool at_start = true;
-        unsigned long lo = 0, hi = 0;
-        while (std::fgets(line, sizeof line, f)) {
-            unsigned long a = 0, b = 0, kb = 0; // sscanf may store a field before it fails
-            if (at_start && std::sscanf(line, "AnonHugePages: %lu", &kb) == 1) {
-                if (kb != 0) huge_vmas_.emplace_back(lo, hi);
-            } else if (at_start && std::sscanf(line, "%lx-%lx ", &a, &b) == 2) {
-                lo = a;
-                hi = b;
-            }
-            at_start = std::strchr(line, '\n') != nullptr;
-        }
-        std::fclose(f);
-    }
-
     std::size_t huge_;
     int fd_ = -2; // -2: not opened yet; -1: no PAGEMAP_SCAN
     bool smaps_read_ = false;
