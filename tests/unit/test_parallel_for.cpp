@@ -233,7 +233,7 @@ TEST(first_touch, places_block_k_on_node_k_without_changing_contents) {
 // from the nearest node with CPUs, so every block's pages are on its node, memory-only ones included.
 TEST(first_touch, a_memory_only_nodes_block_lands_on_that_node) {
     const auto& topo = topology::get();
-    if (topo.with_cpus().size() == topo.size()) GTEST_SKIP() << "no memory-only node here";
+    const bool memory_only = topo.with_cpus().size() != topo.size(); // else: every block as before, no skip
     const std::size_t n = 3 * 65536 + 1000; // ints: a partial last page
     void* raw = memory::map(n * sizeof(int), detail::page_size());
     auto* data = static_cast<int*>(raw);
@@ -248,7 +248,7 @@ TEST(first_touch, a_memory_only_nodes_block_lands_on_that_node) {
         EXPECT_EQ(h.on(b.node), h.pages) << "block of node " << b.node << " (" << (topo.at(b.node).has_cpus() ? "CPUs" : "memory-only") << ")";
         if (!topo.at(b.node).has_cpus()) memory_only_pages += h.pages;
     }
-    EXPECT_GT(memory_only_pages, 0u);
+    if (memory_only) EXPECT_GT(memory_only_pages, 0u);
     EXPECT_EQ(where(data, part).fraction(), 1.0);
     memory::unmap(raw, n * sizeof(int));
 }
