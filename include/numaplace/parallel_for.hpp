@@ -273,10 +273,10 @@ void first_touch(T* data, const partition<T>& part) {
     detail::advise_huge_pages(data, e.size() * s, e.huge_pages());
     const topology& topo = topology::get();
     const std::uintptr_t page = detail::page_size(), base = reinterpret_cast<std::uintptr_t>(data);
+    for (const block& b : e.untyped().blocks()) // every node checked before any block's pages are bound
+        if (!b.empty()) topo.check(b.node);
     for (const block& b : e.untyped().blocks()) {
-        if (b.empty()) continue;
-        topo.check(b.node);
-        if (topo.at(b.node).has_cpus()) continue;
+        if (b.empty() || topo.at(b.node).has_cpus()) continue;
         // its whole pages; the partial last page of the data too (no other block shares it)
         const std::uintptr_t first = (base + b.begin * s + page - 1) & ~(page - 1);
         const std::uintptr_t end = b.end == e.size() ? (base + b.end * s + page - 1) & ~(page - 1) : (base + b.end * s) & ~(page - 1);
