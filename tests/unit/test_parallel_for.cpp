@@ -253,6 +253,56 @@ TEST(first_touch, a_memory_only_nodes_block_lands_on_that_node) {
     memory::unmap(raw, n * sizeof(int));
 }
 
+// Binding refused (EPERM, as under a container's seccomp profile), in a process started under the filter
+// and in one that installs it after start-up (arenas and topology made): first_touch does not throw, every
+// block with CPUs is still on its node (touching needs no binding), and each memory-only block's refused
+// preference is one degradation that names it; its pages are touched all the same, the data unchanged.
+// Where no node is memory-only: no degradation at all.
+static void first_touch_with_binding_refused() {
+    const auto& topo = topology::get();
+    const std::size_t n = 3 * 65536 + 1000;
+    void* raw = memory::map(n * sizeof(int), detail::page_size()); // untouched: every element 0
+    auto* data = static_cast<int*>(raw);
+    partition<int> part(n, topo.all(), std::vector<std::size_t>(topo.size(), 1));
+    std::size_t memory_only_blocks = 0;
+    for (const auto& b : part.blocks())
+        if (!b.empty() && !topo.at(b.node).has_cpus()) ++memory_only_blocks;
+    const std::size_t before = degradation_count();
+    ASSERT_NO_THROW(first_touch(data, part));
+    EXPECT_EQ(degradation_count(), before + memory_only_blocks);
+    if (memory_only_blocks != 0) {
+        ASSERT_FALSE(degradations().empty());
+        EXPECT_NE(degradations().back().find("first_touch: a memory-only node's block"), std::string::npos) << degradations().back();
+    }
+    for (const auto& b : part.blocks()) {
+        if (b.empty()) continue;
+        const auto h = where(data + b.begin, b.size() * sizeof(int));
+        EXPECT_EQ(h.untouched, 0u) << "block of node " << b.node;
+        if (topo.at(b.node).has_cpus()) EXPECT_EQ(h.on(b.node), h.pages) << "block of node " << b.node;
+    }
+    for (std::size_t i = 0; i < n; ++i)
+        if (data[i] != 0) {
+            ADD_FAILURE() << "element " << i << " changed to " << data[i];
+            break;
+        }
+    memory::unmap(raw, n * sizeof(int));
+}
+
+TEST(first_touch, binding_refused_before_start_up_degrades_each_memory_only_block) {
+    if (numaplace_test::rerun_started_under_seccomp()) return;
+    first_touch_with_binding_refused();
+}
+
+TEST(first_touch, binding_refused_after_start_up_degrades_each_memory_only_block) {
+    if (std::getenv("NUMAPLACE_TEST_FRESH") == nullptr) {
+        EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_TEST_FRESH"), 0) << "see the child's output above";
+        return;
+    }
+    parallel_for(partition<int>(1 << 16), [](subrange) {}); // arenas made, the probe run, TBB's workers up
+    ASSERT_TRUE(numaplace_test::deny_syscalls_with_eperm(numaplace_test::memory_policy_syscalls(), true));
+    first_touch_with_binding_refused();
+}
+
 // A partition made for another topology (16 nodes planned, fewer here): the loops refuse it before
 // running anything, on every machine, with the first node this process does not have.
 TEST(parallel_for, a_partition_of_another_topology_is_refused_before_anything_runs) {

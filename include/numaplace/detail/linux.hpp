@@ -46,7 +46,6 @@ enum : int {
 };
 /// Mode flag: with MPOL_BIND, automatic NUMA balancing may migrate pages among the bound nodes (5.12).
 constexpr int mpol_f_numa_balancing = 1 << 13;
-constexpr unsigned mpol_mf_strict = 1u << 0;
 constexpr unsigned mpol_mf_move = 1u << 1;
 
 /// A node mask in the kernel's format: bit k is OS node k.
