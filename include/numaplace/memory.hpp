@@ -76,9 +76,18 @@ inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcep
 namespace detail {
 /// \returns why the kernel said `err` to a mapping (`mapping` true) or a binding, in words. ENOMEM is the
 /// process's mapping limit far more often than memory (mbind splits mappings; every mapping counts), or,
-/// for a mapping, its address-space limit.
-inline std::string refusal_reason(int err, bool mapping = false) {
+/// for a mapping, its address-space limit; a mapping of `bytes` (0: not said) more than that limit, or
+/// than any address range (64 TiB and up), is named as such.
+inline std::string refusal_reason(int err, bool mapping = false, std::size_t bytes = 0) {
     std::string r = std::strerror(err);
+    if (err == ENOMEM && mapping && bytes != 0) { // a request no mapping count explains
+        const std::size_t limit = os_address_space_limit();
+        if (bytes > limit)
+            return r + "; " + std::to_string(bytes) + " bytes are more than the address-space limit (ulimit -v " +
+                   std::to_string(limit >> 10) + ")";
+        if (bytes > (std::size_t(1) << 46))
+            return r + "; " + std::to_string(bytes) + " bytes are more than any free range of the process's address space";
+    }
     if (err == ENOMEM) {
         std::size_t limit = 0;
         if (std::FILE* f = std::fopen("/proc/sys/vm/max_map_count", "r")) {
@@ -103,7 +112,7 @@ inline void* map(std::size_t bytes, std::size_t alignment = detail::page_size(),
     if (err != 0)
         detail::throw_placement(node, bytes, err,
                                 err == EINVAL ? std::string("alignment not a power of two")
-                                              : "mmap failed: " + detail::refusal_reason(err, true));
+                                              : "mmap failed: " + detail::refusal_reason(err, true, bytes));
     return p;
 }
 

@@ -20,8 +20,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 using namespace numaplace;
 using numaplace_test::contains;
@@ -384,4 +387,47 @@ TEST(admission, a_reservation_unmapped_behind_its_back_is_dropped) {
     });
     if (code == 77) GTEST_SKIP() << "node memory unknown";
     EXPECT_EQ(code, 0);
+}
+
+// A mapping refused because of its size says so, not "the mapping limit": more than any address range
+// (1 PiB) everywhere, and more than the address-space limit (ulimit -v) in a child that sets one. Every
+// path that maps: memory::map, a heap's large block, an interleaved block.
+TEST(memory, a_mapping_beyond_the_address_space_or_its_limit_is_named_so) {
+    const auto expect_named = [](std::size_t bytes, const std::string& words) {
+        const std::vector<std::function<void()>> paths{
+            [bytes] { (void)memory::map(bytes); },
+            [bytes] { (void)node_allocator<char>(0).allocate(bytes); },
+            [bytes] { (void)interleaved_allocator<char>(topology::get().all()).allocate(bytes); },
+        };
+        int bad = 0;
+        for (std::size_t k = 0; k < paths.size(); ++k) try {
+                paths[k]();
+                ADD_FAILURE() << "path " << k << ": " << bytes << " bytes mapped";
+                ++bad;
+            } catch (const placement_error& e) {
+                EXPECT_EQ(e.error_number(), ENOMEM) << "path " << k;
+                EXPECT_EQ(e.bytes(), bytes) << "path " << k;
+                EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << "path " << k << ": " << e.what();
+                if (e.error_number() != ENOMEM || std::string(e.what()).find(words) == std::string::npos) ++bad;
+            }
+        return bad;
+    };
+    expect_named(std::size_t(1) << 50, "bytes are more than any free range of the process's address space");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    return; // sanitizers reserve terabytes of shadow address space: no address-space limit in their runs
+#endif
+    const int code = numaplace_test::run_child([&] {
+        (void)node_allocator<char>(0).allocate(1); // heaps made before the limit
+        rlimit lim{};
+        if (::getrlimit(RLIMIT_AS, &lim) != 0) return 2;
+        std::FILE* f = std::fopen("/proc/self/statm", "r");
+        unsigned long vm_pages = 0;
+        if (!f || std::fscanf(f, "%lu", &vm_pages) != 1) return 3;
+        std::fclose(f);
+        lim.rlim_cur = vm_pages * detail::page_size() + 64 * mib;
+        if (::setrlimit(RLIMIT_AS, &lim) != 0) return 4;
+        return expect_named(std::size_t(1) << 30, "bytes are more than the address-space limit (ulimit -v " +
+                                                      std::to_string(lim.rlim_cur >> 10) + ")") == 0 ? 0 : 5;
+    });
+    EXPECT_EQ(code, 0) << "5: a path did not name the limit (its message above)";
 }

@@ -27,6 +27,7 @@
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -185,6 +186,15 @@ inline int os_file_size(int fd, std::size_t& bytes) noexcept {
     if (::fstat(fd, &st) != 0) return errno;
     bytes = static_cast<std::size_t>(st.st_size);
     return 0;
+}
+
+/// \returns the address-space limit (RLIMIT_AS, `ulimit -v`) in bytes; SIZE_MAX when there is none or
+/// it cannot be read.
+inline std::size_t os_address_space_limit() noexcept {
+    struct rlimit r {};
+    if (::getrlimit(RLIMIT_AS, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
+    const std::size_t limit = r.rlim_cur; // rlim_t is 64-bit unsigned on the 64-bit targets numaplace builds for
+    return limit;
 }
 
 // PAGEMAP_SCAN (Linux 6.7, <linux/fs.h>), declared here: older uapi headers lack it.

@@ -326,7 +326,7 @@ private:
     }
     // \throws placement_error for a request of `request` bytes whose mapping mmap refused.
     [[noreturn]] void throw_unmapped(std::size_t request, int refusal) const {
-        throw_placement(node_, request, refusal, "heap: mmap failed: " + refusal_reason(refusal, true));
+        throw_placement(node_, request, refusal, "heap: mmap failed: " + refusal_reason(refusal, true, request));
     }
 
     // The refusal of a large block of `bytes` (`length` bytes mapped), named by the request.
