@@ -96,6 +96,8 @@ struct capabilities {
 class topology {
 public:
     /// \returns the topology of this process (nodes restricted to its cpuset).
+    /// \throws std::system_error (EMFILE, ENFILE) when no file descriptor is free to read it (nothing is
+    /// kept: the next call reads it again).
     static const topology& get() {
         return system_cell().get([] { return new topology(detail::load_system_topology()); }); // never destroyed
     }

@@ -9,6 +9,7 @@
 #include <child.hpp>
 #include <expect.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 #include <algorithm>
@@ -23,7 +25,9 @@
 #include <malloc.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 using numaplace::topology;
 using numaplace_test::expect_invalid;
@@ -357,4 +361,33 @@ TEST(tiers, attributes_are_the_firmwares_or_unknown_never_guessed) {
     std::ostringstream report;
     numaplace::print_report(report, topo);
     EXPECT_NE(report.str().find("memory attributes (HMAT):    yes"), std::string::npos) << report.str();
+}
+
+// A process at its file-descriptor limit when the topology is first read (ulimit -n reached): a
+// std::system_error (EMFILE), nothing kept; once descriptors are free, the next call reads the same
+// topology as a process with room (node count, each node's memory and CPUs), never one node without
+// memory for the rest of the process.
+TEST(topology, first_read_at_the_descriptor_limit_throws_and_the_next_reads_the_machine) {
+    if (std::getenv("NUMAPLACE_TEST_AT_FD_LIMIT") == nullptr) {
+        const topology& t = topology::get();
+        std::string expected = std::to_string(t.size());
+        for (const auto& n : t.nodes()) expected += " " + std::to_string(n.memory) + "/" + std::to_string(n.cores);
+        EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_TEST_AT_FD_LIMIT", {{"NUMAPLACE_TEST_EXPECTED", expected}}), 0);
+        return;
+    }
+    std::vector<int> fds;
+    for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds.push_back(fd);
+    ASSERT_EQ(errno, EMFILE);
+    try {
+        (void)topology::get();
+        ADD_FAILURE() << "read at the descriptor limit";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), EMFILE) << e.what();
+        EXPECT_NE(std::string(e.what()).find("file descriptors"), std::string::npos) << e.what();
+    }
+    for (int fd : fds) ::close(fd);
+    const topology& t = topology::get();
+    std::string got = std::to_string(t.size());
+    for (const auto& n : t.nodes()) got += " " + std::to_string(n.memory) + "/" + std::to_string(n.cores);
+    EXPECT_EQ(got, std::getenv("NUMAPLACE_TEST_EXPECTED"));
 }

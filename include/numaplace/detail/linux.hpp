@@ -188,6 +188,22 @@ inline int os_file_size(int fd, std::size_t& bytes) noexcept {
     return 0;
 }
 
+/// \returns 0 when `count` more file descriptors can be open at once (each opened and closed again),
+/// else the errno of the first that could not (EMFILE: RLIMIT_NOFILE, `ulimit -n`; ENFILE).
+inline int os_descriptors_free(int count) noexcept {
+    int fds[8];
+    int opened = 0, err = 0;
+    for (; opened < count && opened < 8; ++opened) {
+        fds[opened] = ::open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fds[opened] < 0) {
+            err = errno;
+            break;
+        }
+    }
+    while (opened > 0) ::close(fds[--opened]);
+    return err;
+}
+
 /// \returns the address-space limit (RLIMIT_AS, `ulimit -v`) in bytes; SIZE_MAX when there is none or
 /// it cannot be read.
 inline std::size_t os_address_space_limit() noexcept {

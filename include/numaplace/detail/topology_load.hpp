@@ -17,6 +17,7 @@
 #include <fstream>
 #include <new>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include <sched.h>
@@ -37,7 +38,13 @@ inline void load_topology(hwloc_topology_t t) {
 
 // A topology that cannot be read is never fatal and never silent: each case below loads what hwloc
 // can give and records a degradation starting "topology: " that says why (numaplace-info shows it).
+// At the descriptor limit nothing can be read (hwloc keeps a few files open while it reads /sys): it
+// would give one node without memory, kept for the rest of the process. A std::system_error instead,
+// and topology::get() tries again at its next call.
 inline hwloc_topology_ptr load_system_topology() {
+    if (const int err = os_descriptors_free(4))
+        throw std::system_error(err, std::generic_category(),
+                                "numaplace: reading the topology needs 4 free file descriptors (ulimit -n)");
     const std::string sys_node = "/sys/devices/system/node";
     auto exists = [](const std::string& path) { return std::ifstream(path).is_open(); }; // files and directories
     const auto parse_list = [](const std::string& text) { return parse_id_list(text); };
