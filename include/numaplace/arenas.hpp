@@ -29,6 +29,7 @@
 #include <vector>
 
 #include <link.h>
+#include <unistd.h>
 
 namespace numaplace {
 
@@ -223,6 +224,10 @@ public:
     /// arena could not be pinned (e.g. a sandbox refusing sched_setaffinity after start-up).
     arena_report report() const {
         arena_report r = report_;
+        if (!observers_.empty() && ::getpid() != owner_) {
+            r.pinning = pinning::none;
+            r.reason += "; this process was forked after the arenas were made: blocks run in the caller's arena, unpinned";
+        }
         if (const std::size_t lost = unpinned_entries()) {
             int error = 0;
             for (const auto& o : observers_) error = o->last_errno() ? o->last_errno() : error;
@@ -234,8 +239,23 @@ public:
         return r;
     }
     /// \returns whether blocks are spread over per-node arenas (false on a one-node machine: blocks
-    /// run in the caller's arena).
-    bool spread() const noexcept { return !observers_.empty(); }
+    /// run in the caller's arena). False in a process forked after the arenas were made: their workers
+    /// are not in the child, where waiting for them would never end; the blocks run in the caller's
+    /// arena, unpinned, and `degradations()` says so once per process.
+    bool spread() const noexcept {
+        if (observers_.empty()) return false;
+        const pid_t self = ::getpid();
+        if (self == owner_) return true;
+        if (reported_child_.exchange(self, std::memory_order_relaxed) != self) {
+            try {
+                detail::degradation_log::instance().record(
+                    "parallel_for: in a process forked after the per-node arenas were made (oneTBB's workers are "
+                    "not in the child): every block runs in the caller's arena, unpinned");
+            } catch (...) { // no memory for the message: the blocks still run
+            }
+        }
+        return false;
+    }
     /// \returns the arena that runs blocks of `node` (memory-only nodes: the nearest node with CPUs);
     /// nullptr on a single-node machine. \throws unknown_node.
     tbb::task_arena* arena_for(int node) const {
@@ -367,6 +387,8 @@ private:
     }
 
     arena_report report_;
+    pid_t owner_ = ::getpid();                           // the process whose oneTBB made the arenas
+    mutable std::atomic<pid_t> reported_child_{owner_}; // the forked process that recorded running unspread
     std::vector<int> runner_;
     std::vector<std::unique_ptr<tbb::task_arena>> arenas_;
     std::vector<std::unique_ptr<detail::node_observer>> observers_;

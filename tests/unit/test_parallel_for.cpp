@@ -4,6 +4,7 @@
 #include <numaplace/arenas.hpp>
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/parallel_for.hpp>
+#include <numaplace/replicated.hpp>
 #include <numaplace/where.hpp>
 
 #include <gtest/gtest.h>
@@ -301,6 +302,52 @@ TEST(first_touch, binding_refused_after_start_up_degrades_each_memory_only_block
     parallel_for(partition<int>(1 << 16), [](subrange) {}); // arenas made, the probe run, TBB's workers up
     ASSERT_TRUE(numaplace_test::deny_syscalls_with_eperm(numaplace_test::memory_policy_syscalls(), true));
     first_touch_with_binding_refused();
+}
+
+// A process forked after the parent ran loops on its per-node arenas (whose oneTBB workers are not in
+// the child): parallel_for, first_touch and replicated run in the child, every index once, within a
+// minute (they used to wait for the parent's workers for ever), and say once that the blocks ran
+// unspread; the parent's arenas are still spread after.
+TEST(parallel_for, a_forked_child_runs_every_block_in_its_own_thread_and_says_so) {
+#if defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "ThreadSanitizer ends a child of a multi-threaded process that starts threads";
+#endif
+    const std::size_t n = 1 << 16;
+    const partition<double> part(n);
+    partitioned_vector<double> a(n, partitioned_allocator<double>(part));
+    parallel_for(a, [&](std::size_t j) { a[j] = 1.0; });
+    const bool spread = node_arenas::get().spread();
+    const int code = numaplace_test::run_child([&] {
+        const std::size_t before = degradation_count();
+        std::vector<std::atomic<int>> seen(n);
+        parallel_for(part, [&](subrange r) {
+            for (std::size_t j = r.begin(); j < r.end(); ++j) seen[j].fetch_add(1, std::memory_order_relaxed);
+        });
+        for (std::size_t j = 0; j < n; ++j)
+            if (seen[j].load() != 1) return 2;
+        parallel_for(a, [&](std::size_t j) { a[j] = 2.0; });
+        for (std::size_t j = 0; j < n; ++j)
+            if (a[j] != 2.0) return 3;
+        first_touch(a);
+        std::vector<int> table(1000, 7);
+        replicated<int> r(table.data(), table.size());
+        table.assign(table.size(), 9);
+        r.assign(table.data());
+        for (const auto& c : r.copies())
+            if (c.data[999] != 9 || c.data[0] != 9) return 4;
+        const std::size_t recorded = degradation_count() - before;
+        if (spread) {
+            if (recorded != 1) return 5; // once, for every call above
+            if (degradations().back().find("forked") == std::string::npos) return 6;
+            if (arena_capabilities().pinning != pinning::none) return 7;
+        } else if (recorded != 0) {
+            return 8;
+        }
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "2: an index not run once, 3: a value not written, 4: a copy not filled, 5: not one degradation, "
+                          "6: not about the fork, 7: pinning not none, 8: a degradation with no arenas to lose; 255: hung";
+    EXPECT_EQ(node_arenas::get().spread(), spread);
 }
 
 // A partition made for another topology (16 nodes planned, fewer here): the loops refuse it before
