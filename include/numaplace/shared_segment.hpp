@@ -15,6 +15,7 @@
 /// segment is marked `MADV_NOHUGEPAGE` unless every block edge falls on a huge page.
 
 #include "detail/linux.hpp"
+#include "detail/segment_file.hpp"
 #include "error.hpp"
 #include "place.hpp"
 #include "topology.hpp"
@@ -168,7 +169,8 @@ public:
     /// each part to its node (`mbind(MPOL_BIND)` on the shared mapping: the policy lives in the segment,
     /// so it holds for every process that maps it, whoever touches first). Share it by `fd()` (inherited
     /// across fork, or sent over a Unix socket) and `open_fd`.
-    /// \throws placement_error when the kernel refuses the segment or the mapping (errno), or, if `fb` is
+    /// \throws placement_error when the kernel refuses the segment or the mapping (errno; ENOSPC when its
+    /// file system, /dev/shm for a named one, has less room than the segment), or, if `fb` is
     /// strict, the binding (e.g. EPERM under a seccomp filter; ENOMEM when a part exceeds its node's
     /// memory); a degrading segment then leaves the pages to first touch and records it in
     /// `degradations()`. Nothing is left behind when it throws.
@@ -215,8 +217,11 @@ public:
 
     /// \effects maps the existing segment named `name`, whose layout must be `layout` (the policy is
     /// the segment's, set by its creator: nothing is bound here).
+    /// A segment still being created (no size yet, or no trailer) is waited for, up to 2 s.
     /// \throws invalid_placement for a malformed name or when the segment's size is not
-    /// `layout.bytes()`; std::system_error when `shm_open` fails; placement_error when mapping fails.
+    /// `layout.bytes()` (+ its trailer page) or another layout made it; std::system_error when `shm_open`
+    /// fails (ENOENT: no such name yet), or EAGAIN when the creator did not finish in time;
+    /// placement_error when mapping fails.
     static shared_segment open(const std::string& name, const segment_layout& layout) {
         detail::check_shm_name(name);
         check_layout(layout);
@@ -343,42 +348,47 @@ private:
                                         std::to_string(part.node));
             memory::unbind(s.data_, layout.bytes());
         }
-        // Then the file gets its size, which publishes the segment (openers check it), and the trailer page
-        // after the parts says which layout made it. The trailer is written through a mapping of its own
-        // page with huge pages off: a write(2) there could make shmem (THP "always") allocate a huge page
-        // over the parts, placed by the first part's policy.
+        // Then the file gets its size, which publishes the segment (openers wait for it), and the trailer
+        // page after the parts says which layout made it (detail/segment_file.hpp). A file system with less
+        // room than the segment (a full /dev/shm) is refused first: its pages would be a SIGBUS at touch.
         const std::size_t page = detail::page_size();
+        std::size_t room = 0;
+        if (detail::os_file_system_free(s.fd_.get(), room) == 0 && room < layout.bytes() + page)
+            detail::throw_placement(-1, layout.bytes(), ENOSPC,
+                                    "shared_segment: its file system has " + std::to_string(room) +
+                                        " bytes free, the segment needs " + std::to_string(layout.bytes() + page));
         if (const int err = detail::os_resize(s.fd_.get(), layout.bytes() + page))
             detail::throw_placement(-1, layout.bytes(), err, "shared_segment: ftruncate failed");
-        void* tp = nullptr;
-        if (const int err = detail::os_map_shared(s.fd_.get(), page, tp, layout.bytes()))
-            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: mapping the layout trailer failed");
-        detail::os_advise(tp, page, detail::page_advice::no_huge_pages);
-        const trailer t = trailer::of(layout);
-        std::memcpy(static_cast<char*>(tp) + page - sizeof t, &t, sizeof t);
-        detail::os_unmap(tp, page);
+        if (const int err = detail::write_segment_trailer(s.fd_.get(), layout.bytes(), trailer_of(layout)))
+            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: writing the layout trailer page failed");
         s.bound_ = bound;
         own_name();
         return s;
     }
 
     static shared_segment make_opened(detail::unique_fd fd, const segment_layout& layout) {
+        // The creator binds, sets the size, writes the trailer: a size 0 or a zero trailer is a creator at work.
         std::size_t size = 0;
-        if (const int err = detail::os_file_size(fd.get(), size))
-            throw std::system_error(err, std::generic_category(), "numaplace: fstat of shared segment");
+        bool regular = true;
+        int err = 0;
+        const bool sized = detail::wait_for_segment_creator(
+            [&] { return (err = detail::os_file_size(fd.get(), size, &regular)) != 0 || size != 0 || !regular; });
+        if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace: fstat of shared segment");
+        if (!regular) detail::throw_invalid("shared_segment: not a shared memory file (a device, directory or pipe)");
+        if (!sized)
+            throw std::system_error(EAGAIN, std::generic_category(),
+                                    "numaplace: the shared segment has no size yet: its creator did not finish within " +
+                                        std::to_string(detail::segment_creator_wait_ms) + " ms (or died; `remove` its name)");
         const std::size_t page = detail::page_size();
         if (size != layout.bytes() + page)
             detail::throw_invalid("shared_segment: the segment has " + std::to_string(size) +
                                   " bytes, the layout needs " + std::to_string(layout.bytes()) + " + a trailer page");
-        // The creator sets the size, then writes the trailer: a trailer still zero is being written.
-        trailer t{};
-        const trailer want = trailer::of(layout);
-        for (int tries = 0; tries < 1000; ++tries) {
-            if (const int err = detail::os_read_at(fd.get(), &t, sizeof t, layout.bytes() + page - sizeof t))
-                throw std::system_error(err, std::generic_category(), "numaplace: reading the shared segment's trailer");
-            if (t.magic[0] != 0) break;
-            ::sched_yield();
-        }
+        detail::segment_trailer t{};
+        const detail::segment_trailer want = trailer_of(layout);
+        detail::wait_for_segment_creator([&] {
+            return (err = detail::os_read_at(fd.get(), &t, sizeof t, layout.bytes() + page - sizeof t)) != 0 || t.written();
+        });
+        if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace: reading the shared segment's trailer");
         if (std::memcmp(t.magic, want.magic, sizeof t.magic) != 0)
             detail::throw_invalid("shared_segment: not a numaplace segment (no layout trailer)");
         if (t.parts != want.parts || t.digest != want.digest)
@@ -387,19 +397,9 @@ private:
         return map(fd, layout);
     }
 
-    // The last bytes of the trailer page that follows the parts: which layout made the segment.
-    struct trailer {
-        char magic[16];
-        std::uint64_t parts;
-        std::uint64_t digest;
-        static trailer of(const segment_layout& layout) noexcept {
-            trailer t{};
-            std::memcpy(t.magic, "numaplace-seg-1", 16);
-            t.parts = layout.size();
-            t.digest = layout.digest();
-            return t;
-        }
-    };
+    static detail::segment_trailer trailer_of(const segment_layout& layout) noexcept {
+        return detail::segment_trailer::of(layout.size(), layout.digest());
+    }
 
     static shared_segment map(detail::unique_fd& fd, const segment_layout& layout) {
         void* p = nullptr;

@@ -25,8 +25,10 @@
 #include <vector>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -578,4 +580,75 @@ TEST(shared_segment, a_racing_opener_that_writes_at_once_finds_every_part_bound)
         }
     }
     EXPECT_EQ(misplaced, 0) << "parts with pages off their node, of 180";
+}
+
+// An opener that comes while the creator is still at work (the name exists, its size is not set yet)
+// waits for it: it never takes that moment for another layout (invalid_placement). A name whose size
+// never comes (a creator that died before setting it) is std::system_error EAGAIN after the wait.
+TEST(shared_segment, an_opener_waits_for_a_creator_at_work_and_gives_up_with_eagain) {
+    const segment_layout layout({{0, 64}});
+    const std::string name = unique_name("at-work");
+    for (int round = 0; round < 100; ++round) {
+        shared_segment::remove(name);
+        const pid_t child = ::fork();
+        if (child == 0) {
+            for (;;) try {
+                    shared_segment opened = shared_segment::open(name, layout);
+                    ::_exit(opened.bytes() == layout.bytes() ? 0 : 2);
+                } catch (const std::system_error& e) {
+                    if (e.code().value() != ENOENT) ::_exit(3);
+                } catch (const invalid_placement&) {
+                    ::_exit(4);
+                }
+        }
+        shared_segment created = shared_segment::create(name, layout);
+        const int code = numaplace_test::wait_child(child, 60);
+        ASSERT_EQ(code, 0) << "round " << round << ": 3: system_error other than ENOENT, 4: invalid_placement";
+    }
+    shared_segment::remove(name);
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600); // a creator that died
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+    try {
+        (void)shared_segment::open(name, layout);
+        ADD_FAILURE() << "opened a segment without a size";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), EAGAIN) << e.what();
+    }
+    EXPECT_TRUE(shared_segment::remove(name));
+}
+
+// A full /dev/shm (a tmpfs of 64 KiB in a mount namespace of a child): create throws placement_error
+// ENOSPC and leaves no name; the trailer page of a file there is ENOSPC too, never a SIGBUS; a segment
+// that fits is made.
+TEST(shared_segment, a_full_file_system_is_enospc_and_leaves_nothing) {
+    const int code = numaplace_test::run_child([] {
+        if (::unshare(CLONE_NEWNS) != 0) return 77;
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 77;
+        if (::mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=64k") != 0) return 77;
+        const std::size_t room = 65536 / page; // pages of the file system
+        if (room < 4) return 77;
+        try { // the segment and its trailer page are one page more than the room
+            (void)shared_segment::create("/np-full", segment_layout({{0, room}}));
+            return 2;
+        } catch (const placement_error& e) {
+            if (e.error_number() != ENOSPC) return 3;
+        }
+        if (::access("/dev/shm/np-full", F_OK) == 0) return 4;
+        {
+            shared_segment fits = shared_segment::create("/np-fits", segment_layout({{0, room / 2 - 1}}));
+            std::memset(fits.data(), 1, fits.bytes());
+        }
+        // fill it, then write a trailer page past the end of a sparse file there
+        const int fill = ::open("/dev/shm/fill", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        std::vector<char> bytes(page, 1);
+        while (::write(fill, bytes.data(), bytes.size()) > 0) {
+        }
+        const int fd = ::open("/dev/shm/sparse", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+        if (fill < 0 || fd < 0 || ::ftruncate(fd, static_cast<off_t>(2 * page)) != 0) return 5;
+        if (detail::write_segment_trailer(fd, page, detail::segment_trailer::of(1, 1)) != ENOSPC) return 6;
+        return 0;
+    });
+    if (code == 77) GTEST_SKIP() << "no mount namespace here (needs CAP_SYS_ADMIN)";
+    EXPECT_EQ(code, 0) << "2: created, 3: not ENOSPC, 4: its name left, 5: setup, 6: trailer write not ENOSPC; 135: SIGBUS";
 }

@@ -8,6 +8,8 @@
 /// and never throws: the layers above decide what a refusal means. Nothing else in include/ calls the
 /// kernel (tests/header_deps checks it by grep); hwloc calls live in topology.hpp and arenas.hpp.
 
+#include "strings.hpp"
+
 #include <atomic>
 #include <cerrno>
 #include <cstddef>
@@ -29,6 +31,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -131,7 +134,9 @@ enum class page_advice : int {
     no_huge_pages = MADV_NOHUGEPAGE, ///< no transparent huge page here
     huge_pages = MADV_HUGEPAGE,      ///< transparent huge pages wanted (THP "madvise" mode)
     cold = MADV_COLD,                ///< deactivate (also splits a huge page that straddles the edge)
-    random = MADV_RANDOM             ///< no read-ahead
+    random = MADV_RANDOM,            ///< no read-ahead
+    populate_write = 23              ///< MADV_POPULATE_WRITE (Linux 5.14): fault in writable now; a fault
+                                     ///< that would raise SIGBUS (a full tmpfs) is EFAULT instead
 };
 
 /// \effects `madvise(p, length, advice)`. \returns 0 or errno.
@@ -180,11 +185,13 @@ inline int os_read_at(int fd, void* data, std::size_t bytes, std::size_t offset)
     return 0;
 }
 
-/// \returns 0 and the size of the file `fd` in `bytes`, or errno.
-inline int os_file_size(int fd, std::size_t& bytes) noexcept {
+/// \returns 0 and the size of the file `fd` in `bytes` (and in `regular`, when given, whether it is a
+/// regular file: not a device, directory or pipe), or errno.
+inline int os_file_size(int fd, std::size_t& bytes, bool* regular = nullptr) noexcept {
     struct stat st {};
     if (::fstat(fd, &st) != 0) return errno;
     bytes = static_cast<std::size_t>(st.st_size);
+    if (regular) *regular = S_ISREG(st.st_mode);
     return 0;
 }
 
@@ -202,6 +209,16 @@ inline int os_descriptors_free(int count) noexcept {
     }
     while (opened > 0) ::close(fds[--opened]);
     return err;
+}
+
+/// \returns 0 and the bytes an unprivileged writer may still use on the file system of `fd` in
+/// `bytes_free` (SIZE_MAX when it sets no size, as the kernel's own tmpfs of memfd_create), or errno.
+inline int os_file_system_free(int fd, std::size_t& bytes_free) noexcept {
+    struct statvfs st {};
+    if (::fstatvfs(fd, &st) != 0) return errno;
+    const std::size_t blocks = st.f_bavail, block_bytes = st.f_frsize;
+    bytes_free = st.f_blocks == 0 ? SIZE_MAX : blocks * block_bytes;
+    return 0;
 }
 
 /// \returns the address-space limit (RLIMIT_AS, `ulimit -v`) in bytes; SIZE_MAX when there is none or
@@ -362,26 +379,6 @@ inline std::string read_line(const char* path, const std::string& fallback = std
     return line;
 }
 
-/// \returns the ids of a kernel list ("0-3,5" in sysfs and /proc: {0, 1, 2, 3, 5}); malformed parts are
-/// skipped.
-inline std::vector<unsigned> parse_id_list(const std::string& text) {
-    std::vector<unsigned> ids;
-    std::size_t pos = 0;
-    while (pos < text.size()) {
-        std::size_t comma = text.find(',', pos);
-        if (comma == std::string::npos) comma = text.size();
-        const std::string part = text.substr(pos, comma - pos);
-        pos = comma + 1;
-        char* end = nullptr;
-        const unsigned long first = std::strtoul(part.c_str(), &end, 10);
-        if (end == part.c_str()) continue;
-        unsigned long last = first;
-        if (*end == '-') last = std::strtoul(end + 1, &end, 10);
-        for (unsigned long id = first; id <= last && id < first + 65536; ++id) ids.push_back(static_cast<unsigned>(id));
-    }
-    return ids;
-}
-
 /// \effects reads the kernel's list of the CPUs of node `os_node` (sysfs) into `cpus`.
 /// \returns false when it cannot be read (/sys hidden).
 inline bool os_node_cpus(unsigned os_node, std::vector<unsigned>& cpus) {
@@ -392,34 +389,6 @@ inline bool os_node_cpus(unsigned os_node, std::vector<unsigned>& cpus) {
     std::getline(in, line);
     cpus = parse_id_list(line);
     return true;
-}
-
-/// The selected word in a sysfs choice list such as "always [madvise] never".
-inline std::string bracketed(const std::string& line) {
-    auto open = line.find('['), close = line.find(']');
-    if (open == std::string::npos || close == std::string::npos || close < open) return line;
-    return line.substr(open + 1, close - open - 1);
-}
-
-/// \returns `value` in double quotes, printable: bytes outside printable ASCII as \xHH, `"` and `\` escaped
-/// (an environment variable's value quoted in a message stays one line of text).
-inline std::string quoted(const char* value) {
-    std::string out = "\"";
-    for (const char* c = value; *c; ++c) {
-        const auto b = static_cast<unsigned char>(*c);
-        if (b == '"' || b == '\\') {
-            out += '\\';
-            out += *c;
-        } else if (b >= 0x20 && b < 0x7f) {
-            out += *c;
-        } else {
-            const char* hex = "0123456789abcdef";
-            out += "\\x";
-            out += hex[b >> 4];
-            out += hex[b & 15];
-        }
-    }
-    return out + "\"";
 }
 
 constexpr std::size_t round_up(std::size_t value, std::size_t to) noexcept {
