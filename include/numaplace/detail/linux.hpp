@@ -356,7 +356,10 @@ inline std::size_t huge_page_size() noexcept {
     std::size_t size = cached.load(std::memory_order_relaxed);
     if (size == 0) {
         std::ifstream in("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
-        if (!(in >> size) || size == 0) size = std::size_t(2) << 20;
+        if (!(in >> size) || size == 0) {
+            size = std::size_t(2) << 20;
+            if (!in.is_open() && os_descriptors_free(1) != 0) return size; // at the descriptor limit: not kept
+        }
         cached.store(size, std::memory_order_relaxed);
     }
     return size;
