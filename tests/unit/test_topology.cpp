@@ -378,6 +378,11 @@ TEST(topology, first_read_at_the_descriptor_limit_throws_and_the_next_reads_the_
     std::vector<int> fds;
     for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds.push_back(fd);
     ASSERT_EQ(errno, EMFILE);
+    ASSERT_GE(fds.size(), 3u);
+    for (int k = 0; k < 3; ++k) { // three free: fewer than the read needs (UBSan's checks need one themselves)
+        ::close(fds.back());
+        fds.pop_back();
+    }
     try {
         (void)topology::get();
         ADD_FAILURE() << "read at the descriptor limit";

@@ -5,6 +5,7 @@
 /// Text the kernel gives (id lists, sysfs choice lists) and text numaplace's messages quote.
 
 #include <cstdlib>
+#include <iterator> // before <string>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <string>
 #include <vector>
 
