@@ -8,6 +8,7 @@
 
 #include "detail/config.hpp"
 #include "detail/hwloc.hpp"
+#include "detail/linux.hpp"
 #include "diagnostics.hpp"
 #include "topology.hpp"
 
@@ -25,6 +26,7 @@
 #include <memory>
 #include <new>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -211,6 +213,9 @@ inline void wait_in(tbb::task_arena& arena, tbb::task_group& group) {
 class node_arenas {
 public:
     /// \returns the process's arenas (thread-safe creation).
+    /// \throws std::system_error on a machine with several nodes when they cannot be made now (no 8 free
+    /// file descriptors for oneTBB's tbbbind, or a worker thread per CPU cannot start: EMFILE, EAGAIN);
+    /// nothing is kept, the next call tries again.
     /// \notes a guarded function-local static, unlike numaplace's other process-wide objects
     /// (detail/fork.hpp): oneTBB itself is not supported in a forked child.
     static node_arenas& get() {
@@ -297,6 +302,19 @@ private:
             detail::degradation_log::instance().record("parallel_for: " + report_.reason);
             return;
         }
+        // oneTBB now loads tbbbind (files, address space) and soon starts a worker per CPU. A transient
+        // refusal would be kept for the process (tbbbind not loaded; a worker oneTBB never starts again,
+        // for which a loop waits for ever): refused here, nothing kept, the next call tries again.
+        std::size_t workers = 0;
+        for (int k : cpu_nodes) workers += topo.at(k).cpus.size();
+        if (const int err = detail::os_descriptors_free(8))
+            throw std::system_error(err, std::generic_category(),
+                                    "numaplace: the per-node arenas need 8 free file descriptors (ulimit -n)");
+        const std::size_t stack = tbb::global_control::active_value(tbb::global_control::thread_stack_size);
+        if (const int err = detail::os_threads_can_start(workers, stack))
+            throw std::system_error(err, std::generic_category(),
+                                    "numaplace: the per-node arenas cannot start their " + std::to_string(workers) +
+                                        " worker threads (the address-space limit, ulimit -v?)");
         for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);
         report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
         // tbbbind only if its numa ids are ours: every CPU node listed, with as many threads as CPUs.

@@ -194,8 +194,9 @@ void run_blocks(const Part& part, Fn&& fn) {
 /// `grain` (about grain / 2 when split in halves). `body` takes a `subrange` or one `std::size_t`
 /// index. A nested call stays in the current node's arena.
 /// \throws unknown_node before running anything when a non-empty block's node is not this process's
-/// (a partition made for another topology); the first exception `body` throws (the other blocks are
-/// cancelled).
+/// (a partition made for another topology); std::system_error when the per-node arenas cannot be made
+/// yet (node_arenas::get: descriptors or worker threads refused; the next call tries again); the first
+/// exception `body` throws (the other blocks are cancelled).
 /// \notes may be called from a oneTBB task.
 template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) {

@@ -29,10 +29,13 @@
 #include <numeric>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -348,6 +351,70 @@ TEST(parallel_for, a_forked_child_runs_every_block_in_its_own_thread_and_says_so
     EXPECT_EQ(code, 0) << "2: an index not run once, 3: a value not written, 4: a copy not filled, 5: not one degradation, "
                           "6: not about the fork, 7: pinning not none, 8: a degradation with no arenas to lose; 255: hung";
     EXPECT_EQ(node_arenas::get().spread(), spread);
+}
+
+// The first loop on several nodes while worker threads cannot start (the address-space limit) or no
+// file descriptor is free for oneTBB's tbbbind: std::system_error, nothing kept (it used to wait for
+// ever for a worker oneTBB never started again, or to keep tbbbind unloaded); once the limit is gone
+// the next loop runs every index, with the arenas a process that never met the limit makes.
+TEST(parallel_for, first_loop_at_the_address_space_or_descriptor_limit_throws_and_the_next_runs) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "sanitizers reserve terabytes of address space: no address-space limit in their runs";
+#endif
+    if (topology::get().with_cpus().size() < 2) GTEST_SKIP() << "one node with CPUs: plain oneTBB, no arenas to make";
+    const char* fresh = std::getenv("NUMAPLACE_TEST_LIMIT");
+    if (fresh == nullptr) { // this process: what a process that meets no limit makes; then a fresh one per limit
+        const std::string expected = std::to_string(static_cast<int>(arena_capabilities().pinning)) + " " +
+                                     std::to_string(arena_capabilities().tbbbind_loaded);
+        for (const char* limit : {"as", "fd"})
+            EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_TEST_FRESH", {{"NUMAPLACE_TEST_LIMIT", limit},
+                                                                                  {"NUMAPLACE_TEST_EXPECTED", expected}}),
+                      0)
+                << limit << ": see the child's output above (255: hung)";
+        return;
+    }
+    const bool as = std::string(fresh) == "as";
+    (void)topology::get();
+    const std::size_t n = 1 << 16;
+    std::vector<std::atomic<int>> seen(n);
+    const auto loop = [&] {
+        parallel_for(partition<int>(n), [&](subrange r) {
+            for (std::size_t j = r.begin(); j < r.end(); ++j) seen[j].fetch_add(1, std::memory_order_relaxed);
+        });
+    };
+    rlimit old{};
+    std::vector<int> fds;
+    if (as) {
+        std::FILE* f = std::fopen("/proc/self/statm", "r");
+        unsigned long vm_pages = 0;
+        ASSERT_TRUE(f && std::fscanf(f, "%lu", &vm_pages) == 1);
+        std::fclose(f);
+        ASSERT_EQ(::getrlimit(RLIMIT_AS, &old), 0);
+        rlimit lim = old;
+        lim.rlim_cur = vm_pages * detail::page_size() + (1 << 20);
+        ASSERT_EQ(::setrlimit(RLIMIT_AS, &lim), 0);
+    } else {
+        for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds.push_back(fd);
+        for (int k = 0; k < 3 && !fds.empty(); ++k) { // three free: fewer than the arenas need
+            ::close(fds.back());
+            fds.pop_back();
+        }
+    }
+    try {
+        loop();
+        ADD_FAILURE() << "arenas made at the limit";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), as ? EAGAIN : EMFILE) << e.what();
+    }
+    if (as) ASSERT_EQ(::setrlimit(RLIMIT_AS, &old), 0);
+    for (int fd : fds) ::close(fd);
+    loop();
+    std::size_t wrong = 0;
+    for (std::size_t j = 0; j < n; ++j) wrong += seen[j].load() != 1;
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_EQ(std::to_string(static_cast<int>(arena_capabilities().pinning)) + " " +
+                  std::to_string(arena_capabilities().tbbbind_loaded),
+              std::getenv("NUMAPLACE_TEST_EXPECTED"));
 }
 
 // A partition made for another topology (16 nodes planned, fewer here): the loops refuse it before

@@ -26,6 +26,7 @@
 #include <ctime>
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -208,6 +209,40 @@ inline int os_descriptors_free(int count) noexcept {
         }
     }
     while (opened > 0) ::close(fds[--opened]);
+    return err;
+}
+
+/// \effects starts `count` threads with stacks of `stack_bytes` (0: the default) that each allocate a
+/// little and wait until all have started, then ends them. \returns 0, or the errno of the first thread
+/// that could not start (EAGAIN: the address-space or process limit).
+inline int os_threads_can_start(std::size_t count, std::size_t stack_bytes) noexcept {
+    struct shared {
+        std::atomic<bool> go{false};
+    } state;
+    const auto body = [](void* arg) -> void* {
+        auto* st = static_cast<shared*>(arg);
+        std::free(std::malloc(64)); // its malloc arena too, as a worker's first allocation
+        while (!st->go.load(std::memory_order_acquire)) ::sched_yield();
+        return nullptr;
+    };
+    pthread_attr_t attr;
+    if (::pthread_attr_init(&attr) != 0) return ENOMEM;
+    if (stack_bytes != 0) ::pthread_attr_setstacksize(&attr, stack_bytes);
+    std::vector<pthread_t> started;
+    int err = 0;
+    try {
+        started.reserve(count);
+    } catch (...) {
+        err = ENOMEM;
+    }
+    for (std::size_t k = 0; k < count && err == 0; ++k) {
+        pthread_t t;
+        err = ::pthread_create(&t, &attr, body, &state);
+        if (err == 0) started.push_back(t);
+    }
+    state.go.store(true, std::memory_order_release);
+    for (pthread_t t : started) ::pthread_join(t, nullptr);
+    ::pthread_attr_destroy(&attr);
     return err;
 }
 
