@@ -7,6 +7,7 @@
 /// pinning was verified, and the shims over oneTBB versions. Design notes: docs/parallel_for.md.
 
 #include "detail/config.hpp"
+#include "detail/fork.hpp"
 #include "detail/hwloc.hpp"
 #include "detail/linux.hpp"
 #include "diagnostics.hpp"
@@ -31,7 +32,6 @@
 #include <vector>
 
 #include <link.h>
-#include <unistd.h>
 
 namespace numaplace {
 
@@ -209,6 +209,17 @@ inline void wait_in(tbb::task_arena& arena, tbb::task_group& group) {
 
 } // namespace detail
 
+namespace detail {
+/// Whether this process made spread per-node arenas; whether they were made before a fork that made
+/// this process (their oneTBB workers are not here); whether that was recorded in this process.
+inline std::atomic<bool> node_arenas_made{false}, node_arenas_inherited{false}, node_arenas_inherited_reported{false};
+inline void node_arenas_forked_child() noexcept {
+    if (node_arenas_made.load(std::memory_order_relaxed)) node_arenas_inherited.store(true, std::memory_order_relaxed);
+    node_arenas_inherited_reported.store(false, std::memory_order_relaxed);
+}
+inline const fork_hook_registration node_arenas_fork_hook{fork_stage::arenas, fork_hook{nullptr, nullptr, &node_arenas_forked_child}};
+} // namespace detail
+
 /// The per-node arenas, created once on first use and reused by every loop.
 class node_arenas {
 public:
@@ -217,7 +228,8 @@ public:
     /// file descriptors for oneTBB's tbbbind, or a worker thread per CPU cannot start: EMFILE, EAGAIN);
     /// nothing is kept, the next call tries again.
     /// \notes a guarded function-local static, unlike numaplace's other process-wide objects
-    /// (detail/fork.hpp): oneTBB itself is not supported in a forked child.
+    /// (detail/fork.hpp): oneTBB itself is not supported in a forked child, whose arenas made before the
+    /// fork are not spread (`spread()`; the fork hook of stage `arenas`).
     static node_arenas& get() {
         static node_arenas instance;
         return instance;
@@ -229,7 +241,7 @@ public:
     /// arena could not be pinned (e.g. a sandbox refusing sched_setaffinity after start-up).
     arena_report report() const {
         arena_report r = report_;
-        if (!observers_.empty() && ::getpid() != owner_) {
+        if (!observers_.empty() && detail::node_arenas_inherited.load(std::memory_order_relaxed)) {
             r.pinning = pinning::none;
             r.reason += "; this process was forked after the arenas were made: blocks run in the caller's arena, unpinned";
         }
@@ -249,9 +261,8 @@ public:
     /// arena, unpinned, and `degradations()` says so once per process.
     bool spread() const noexcept {
         if (observers_.empty()) return false;
-        const pid_t self = ::getpid();
-        if (self == owner_) return true;
-        if (reported_child_.exchange(self, std::memory_order_relaxed) != self) {
+        if (!detail::node_arenas_inherited.load(std::memory_order_relaxed)) return true;
+        if (!detail::node_arenas_inherited_reported.exchange(true, std::memory_order_relaxed)) {
             try {
                 detail::degradation_log::instance().record(
                     "parallel_for: in a process forked after the per-node arenas were made (oneTBB's workers are "
@@ -366,6 +377,7 @@ private:
         verify(cpu_nodes);
         // One worker per CPU (every arena slot is a worker's), plus the caller; a lower user limit wins.
         limit_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, total + 1);
+        detail::node_arenas_made.store(true, std::memory_order_relaxed);
     }
     ~node_arenas() {
         observers_.clear(); // stop observing before the arenas go
@@ -405,8 +417,6 @@ private:
     }
 
     arena_report report_;
-    pid_t owner_ = ::getpid();                           // the process whose oneTBB made the arenas
-    mutable std::atomic<pid_t> reported_child_{owner_}; // the forked process that recorded running unspread
     std::vector<int> runner_;
     std::vector<std::unique_ptr<tbb::task_arena>> arenas_;
     std::vector<std::unique_ptr<detail::node_observer>> observers_;

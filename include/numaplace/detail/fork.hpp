@@ -32,6 +32,7 @@ namespace detail {
 
 /// The stages of the lock order (see the file comment). Prepare takes them top to bottom.
 enum class fork_stage : unsigned {
+    arenas,          ///< arenas.hpp: no lock (the child's arenas made before the fork are not its own)
     background_release, ///< detail/background_release.hpp: no lock (the child has no background thread)
     thread_caches,   ///< detail/heap/thread_cache.hpp: the count of live caches (no lock; the child has one thread)
     node_pools,      ///< pmr.hpp: making the node pools (makes the topology, the heaps)
