@@ -10,20 +10,16 @@
 /// left allocated, no rank is left waiting). Design and measurements: docs/mpi.md.
 
 #include "detail/linux.hpp"
+#include "detail/mpi_collective.hpp"
+#include "detail/shared_pages.hpp"
+#include "diagnostics.hpp"
 #include "error.hpp"
 #include "memory.hpp"
+#include "mpi_errors.hpp"
 #include "partition.hpp"
 #include "place.hpp"
 #include "topology.hpp"
-
-// The C API only: Open MPI's and MPICH's deprecated C++ bindings stay out (where mpi.h comes first).
-#ifndef OMPI_SKIP_MPICXX
-#define OMPI_SKIP_MPICXX 1
-#endif
-#ifndef MPICH_SKIP_MPICXX
-#define MPICH_SKIP_MPICXX 1
-#endif
-#include <mpi.h>
+#include "where.hpp"
 
 #include <algorithm>
 #include <climits>
@@ -41,123 +37,8 @@
 namespace numaplace {
 namespace mpi {
 
-/// An MPI call returned an error (when the communicator's error handler returns errors at all).
-class mpi_error : public std::runtime_error {
-public:
-    mpi_error(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
-    /// \returns the MPI error code.
-    int code() const noexcept { return code_; }
-
-private:
-    int code_;
-};
-
-/// The ranks of a communicator do not all share this host's memory (a shared window or a node map
-/// needs them to): `ranks()` ranks, `shared()` of them on this rank's host.
-class communicator_spans_hosts : public std::invalid_argument {
-public:
-    communicator_spans_hosts(int ranks, int shared)
-        : std::invalid_argument("numaplace::mpi: the communicator spans hosts: " + std::to_string(shared) + " of its " +
-                                std::to_string(ranks) +
-                                " ranks share this host's memory (split it with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) first)"),
-          ranks_(ranks), shared_(shared) {}
-    int ranks() const noexcept { return ranks_; }
-    int shared() const noexcept { return shared_; }
-
-private:
-    int ranks_, shared_;
-};
-
-/// Another rank's part of a collective call failed (this rank's part did not): `rank()` says which, its
-/// message is in `what()`.
-class rank_failed : public std::runtime_error {
-public:
-    rank_failed(int rank, const std::string& what) : std::runtime_error(what), rank_(rank) {}
-    int rank() const noexcept { return rank_; }
-
-private:
-    int rank_;
-};
-
 namespace detail {
 using numaplace::detail::page_size;
-
-inline void check(int rc, const char* what) {
-    if (rc == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    if (MPI_Error_string(rc, text, &length) != MPI_SUCCESS) length = 0;
-    throw mpi_error(rc, std::string("numaplace::mpi: ") + what + " failed: " + std::string(text, static_cast<std::size_t>(length)));
-}
-
-// The lowest rank whose `failed` is true, or -1 (collective).
-inline int first_failed(MPI_Comm comm, bool failed) {
-    int rank = 0;
-    check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-    int mine = failed ? rank : INT_MAX, lowest = INT_MAX;
-    check(MPI_Allreduce(&mine, &lowest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-    return lowest == INT_MAX ? -1 : lowest;
-}
-
-// \effects collective: when any rank's `error` is set, throws on every rank: this rank's own error
-// where it has one, else rank_failed naming the lowest failed rank (its message sent to all).
-inline void agree(MPI_Comm comm, const std::exception_ptr& error) {
-    std::string text;
-    if (error) {
-        try {
-            std::rethrow_exception(error);
-        } catch (const std::exception& e) {
-            text = e.what();
-        } catch (...) {
-            text = "unknown exception";
-        }
-    }
-    const int failed = first_failed(comm, error != nullptr);
-    if (failed < 0) return;
-    int rank = 0;
-    check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
-    unsigned long length = rank == failed ? text.size() : 0;
-    check(MPI_Bcast(&length, 1, MPI_UNSIGNED_LONG, failed, comm), "MPI_Bcast");
-    text.resize(length);
-    if (length > 0) check(MPI_Bcast(&text[0], static_cast<int>(std::min<unsigned long>(length, INT_MAX)), MPI_CHAR, failed, comm), "MPI_Bcast");
-    if (error) std::rethrow_exception(error);
-    throw rank_failed(failed, "numaplace::mpi: rank " + std::to_string(failed) + " failed: " + text);
-}
-
-// \effects collective: throws communicator_spans_hosts on every rank unless all of comm's ranks share
-// this host's memory.
-inline void check_one_host(MPI_Comm comm) {
-    int ranks = 0;
-    check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
-    MPI_Comm shared = MPI_COMM_NULL;
-    check(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &shared), "MPI_Comm_split_type");
-    int here = 0;
-    const int rc = MPI_Comm_size(shared, &here);
-    MPI_Comm_free(&shared);
-    check(rc, "MPI_Comm_size");
-    int fewest = 0;
-    check(MPI_Allreduce(&here, &fewest, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-    if (fewest != ranks) throw communicator_spans_hosts(ranks, fewest);
-}
-
-// \effects `win` returns errors (MPI_ERRORS_RETURN) unless `comm`'s errors are fatal (MPI_ERRORS_ARE_FATAL,
-// MPI_ERRORS_ABORT): a window starts with MPI_ERRORS_ARE_FATAL whatever its communicator has.
-inline void follow_errhandler(MPI_Comm comm, MPI_Win win) {
-    MPI_Errhandler h = MPI_ERRHANDLER_NULL;
-    check(MPI_Comm_get_errhandler(comm, &h), "MPI_Comm_get_errhandler");
-    bool fatal = h == MPI_ERRORS_ARE_FATAL;
-#ifdef MPI_ERRORS_ABORT
-    fatal = fatal || h == MPI_ERRORS_ABORT;
-#endif
-    MPI_Errhandler_free(&h);
-    if (!fatal) check(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN), "MPI_Win_set_errhandler");
-}
-
-// The first page boundary at or after p.
-inline void* page_up(void* p) noexcept {
-    const std::uintptr_t a = reinterpret_cast<std::uintptr_t>(p), page = page_size();
-    return reinterpret_cast<void*>((a + page - 1) / page * page);
-}
 
 // The kernel's number of the node that holds every CPU this process's calling thread may run on, or -1.
 inline int bound_os_node(const topology& topo, int& err) noexcept {
@@ -167,6 +48,23 @@ inline int bound_os_node(const topology& topo, int& err) noexcept {
     const int node = topo.node_of_cpus(set);
     return node < 0 ? -1 : static_cast<int>(topo.nodes()[static_cast<std::size_t>(node)].os_index);
 }
+
+// What each rank tells the others before a window is mapped: its segment's bytes, its node (the
+// kernel's number, -1 for none), its alignment unit, and the nodes it may allocate on.
+struct segment_share {
+    std::uint64_t bytes = 0;
+    std::int64_t os_node = -1;
+    std::uint64_t unit = 0;
+    std::uint64_t mems_known = 0;
+    std::uint64_t mems[numaplace::detail::node_mask_words] = {};
+
+    bool may_allocate_on(std::int64_t os) const noexcept {
+        return mems_known != 0 && os >= 0 && static_cast<std::uint64_t>(os) < numaplace::detail::node_mask_words * 64 &&
+               (mems[os / 64] >> (os % 64) & 1u) != 0;
+    }
+};
+constexpr int segment_share_words = static_cast<int>(sizeof(segment_share) / sizeof(std::uint64_t));
+static_assert(sizeof(segment_share) == segment_share_words * sizeof(std::uint64_t), "segment_share: 64-bit words only");
 } // namespace detail
 
 /// The node of each rank of a communicator whose ranks share one host, read from each rank's binding
@@ -174,26 +72,30 @@ inline int bound_os_node(const topology& topo, int& err) noexcept {
 /// cpusets number the nodes differently agree. A value.
 class rank_nodes {
 public:
-    /// \effects collective over `comm`. \throws communicator_spans_hosts (on every rank); mpi_error;
-    /// std::system_error when a rank's affinity cannot be read (rank_failed on the others).
+    /// \effects collective over `comm`. \throws on every rank when it fails on one: invalid_communicator
+    /// (MPI_COMM_NULL, an intercommunicator: before any communication); communicator_spans_hosts;
+    /// std::system_error when a rank's affinity or topology cannot be read (e.g. EMFILE at the descriptor
+    /// limit); rank_failed on the ranks that did not fail themselves; mpi_error.
     static rank_nodes of(MPI_Comm comm) {
         detail::check_one_host(comm);
         rank_nodes r;
         int ranks = 0;
         detail::check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
         detail::check(MPI_Comm_rank(comm, &r.rank_), "MPI_Comm_rank");
-        const topology& topo = topology::get();
-        int err = 0;
-        const int mine = detail::bound_os_node(topo, err);
-        std::exception_ptr error;
-        if (err != 0)
-            error = std::make_exception_ptr(std::system_error(err, std::generic_category(), "numaplace::mpi: the affinity of rank " + std::to_string(r.rank_)));
-        detail::agree(comm, error);
+        const topology* topo = nullptr;
+        int mine = -1;
+        detail::locally(comm, [&] {
+            topo = &topology::get();
+            int err = 0;
+            mine = detail::bound_os_node(*topo, err);
+            if (err != 0)
+                throw std::system_error(err, std::generic_category(), "numaplace::mpi: the affinity of rank " + std::to_string(r.rank_));
+        });
         std::vector<int> os(static_cast<std::size_t>(ranks), -1);
         detail::check(MPI_Allgather(&mine, 1, MPI_INT, os.data(), 1, MPI_INT, comm), "MPI_Allgather");
         r.node_.resize(os.size(), -1);
         for (std::size_t k = 0; k < os.size(); ++k)
-            r.node_[k] = os[k] < 0 ? -1 : topo.from_os_index(static_cast<unsigned>(os[k]));
+            r.node_[k] = os[k] < 0 ? -1 : topo->from_os_index(static_cast<unsigned>(os[k]));
         return r;
     }
 
@@ -238,9 +140,15 @@ partition<T> rank_partition(std::size_t n) {
 }
 
 /// A shared-memory window (`MPI_Win_allocate_shared`) of T's, each rank's segment on that rank's node
-/// whoever touches it first: each rank binds its own segment (whole pages) before any rank may touch
-/// it; the policy lives in the shared memory, so every process's faults obey it. Move-only; the
-/// destructor is collective (`MPI_Win_free`), as the window's. T must be trivially copyable.
+/// whoever touches it first: each rank binds its own segment before any rank may touch it; the policy
+/// lives in the shared memory, so every process's faults obey it. Where the kernel would not let that
+/// policy decide — a rank whose cpuset (cpuset.mems) leaves out another rank's node allocates on its own
+/// nodes whatever the policy says — the owner faults its segment in itself before any rank may touch
+/// it, and checks every page. Each segment is aligned and sized to whole shared huge pages where the
+/// kernel may back shared memory with them (a huge page is placed by its first small page and would
+/// carry a neighbour's pages with it). Move-only; the destructor is collective (`MPI_Win_free`), as the
+/// window's. T must be trivially copyable, not const, and aligned to at most 4096 bytes (the smallest
+/// page: the only alignment every process's mapping of the segment shares).
 /// The window's error handler follows the communicator's (MPI gives a new window MPI_ERRORS_ARE_FATAL
 /// whatever its communicator has): where the communicator's errors are fatal (MPI_ERRORS_ARE_FATAL,
 /// MPI_ERRORS_ABORT) the window's are; with any other handler (MPI_ERRORS_RETURN, the user's) the
@@ -248,64 +156,70 @@ partition<T> rank_partition(std::size_t n) {
 template <class T>
 class shared_window {
     static_assert(std::is_trivially_copyable<T>::value, "shared_window<T>: T must be trivially copyable (it lives in shared memory)");
+    static_assert(!std::is_const<T>::value && !std::is_volatile<T>::value,
+                  "shared_window<T>: T must not be const or volatile (each rank's segment is written through data(); "
+                  "take a const T* from it where a rank only reads)");
+    static_assert(alignof(T) <= 4096, "shared_window<T>: alignof(T) must be at most 4096 (a segment starts on a page in "
+                                      "every process's mapping, and no larger alignment holds in all of them)");
 
 public:
     /// \effects collective over `comm`, all of whose ranks share this host: `count` T's for this rank (0
-    /// allowed), rounded up to whole pages starting on a page boundary (MPI is asked for one page more),
-    /// each bound to its rank's node through the placement path (admitted first).
-    /// \throws on every rank when it fails on one (the window freed): communicator_spans_hosts;
-    /// std::bad_array_new_length (count × sizeof(T) overflows); when `fb` is strict: placement_error
-    /// (mbind refused, e.g. EPERM under a seccomp filter) and
-    /// invalid_placement (this rank's binding spans
-    /// nodes: no node to bind to); whatever `fb`: placement_error ENOMEM when `count` T's are more than
-    /// this rank's node has free (more than all nodes have, for a rank bound to none), before MPI maps
-    /// anything; rank_failed on the ranks that did not fail themselves; mpi_error.
-    /// Degrading, a refused or unbound segment is left to first touch and recorded in `degradations()`.
+    /// allowed), rounded up to whole units (pages, or shared huge pages where the kernel may use them)
+    /// starting on a unit of the shared file (MPI is asked for one unit more), each bound to its rank's
+    /// node through the placement path. Admitted before MPI maps anything, per node: the segments of
+    /// all ranks bound to a node together against that node's free memory (all unbound ranks' together
+    /// against every node's), and all segments together against the free room of the file system MPI
+    /// makes the window's file in (/dev/shm, or Open MPI's OMPI_MCA_osc_sm_backing_directory).
+    /// \throws on every rank when it fails on one (the window freed, nothing left mapped): invalid_communicator
+    /// (MPI_COMM_NULL, an intercommunicator); communicator_spans_hosts; std::bad_array_new_length (count ×
+    /// sizeof(T) overflows); std::system_error (the affinity or the topology cannot be read, e.g. EMFILE);
+    /// whatever `fb`: placement_error ENOMEM when a node's segments together are more than it has free,
+    /// ENOSPC when the window is more than its file system has free;
+    /// when `fb` is strict: placement_error (mbind refused, e.g. EPERM under a seccomp filter or EINVAL for
+    /// a node outside the rank's cpuset; pages found off the node after the owner faulted them in) and
+    /// invalid_placement (this rank's binding spans nodes: no node to bind to); rank_failed on the ranks
+    /// that did not fail themselves; mpi_error. Degrading, a refused, unbound or misplaced segment is left
+    /// to first touch, `node()` is -1 and it is recorded in `degradations()`.
     shared_window(MPI_Comm comm, std::size_t count, fallback fb = fallback::strict) : count_(count) {
         detail::check_one_host(comm);
-        const topology& topo = topology::get();
-        std::exception_ptr error;
-        std::size_t bytes = 0;
-        int err = 0, os = -1;
-        try {
+        int ranks = 0;
+        detail::check(MPI_Comm_size(comm, &ranks), "MPI_Comm_size");
+        const topology* topo = nullptr;
+        detail::segment_share mine;
+        detail::locally(comm, [&] {
+            topo = &topology::get();
             if (count > std::numeric_limits<std::size_t>::max() / sizeof(T) ||
-                count * sizeof(T) > static_cast<std::size_t>(std::numeric_limits<MPI_Aint>::max()) - detail::page_size())
+                count * sizeof(T) > static_cast<std::size_t>(std::numeric_limits<MPI_Aint>::max()) / 2)
                 numaplace::detail::throw_bad_length();
-            bytes = numaplace::memory::page_round(count * sizeof(T));
-            os = detail::bound_os_node(topo, err);
+            mine.bytes = numaplace::memory::page_round(count * sizeof(T));
+            int err = 0;
+            mine.os_node = detail::bound_os_node(*topo, err);
             if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace::mpi::shared_window: the affinity");
-            // admitted before MPI maps anything: on its node, or anywhere for a rank bound to none
-            if (os >= 0)
-                numaplace::detail::admit_or_throw(nullptr, bytes, numaplace::memory::policy_mode::bind,
-                                                  node_set{topo.from_os_index(static_cast<unsigned>(os))}, "mpi::shared_window: ",
-                                                  numaplace::detail::range_origin::foreign);
-            else
-                numaplace::detail::admit_or_throw(nullptr, bytes, numaplace::memory::policy_mode::preferred_many, topo.all(),
-                                                  "mpi::shared_window: ", numaplace::detail::range_origin::foreign);
-        } catch (...) {
-            error = std::current_exception();
-        }
-        detail::agree(comm, error);
-        // MPI puts a segment where it likes (Open MPI 4.1: 264 bytes past a page, after its header): one
-        // page more than the page-rounded size, and the segment starts at the first page boundary in it.
+            mine.unit = numaplace::detail::shared_segment_unit();
+            mine.mems_known = numaplace::detail::allowed_memory_nodes(mine.mems) ? 1 : 0;
+        });
+        std::vector<detail::segment_share> all(static_cast<std::size_t>(ranks));
+        detail::check(MPI_Allgather(&mine, detail::segment_share_words, MPI_UINT64_T, all.data(), detail::segment_share_words,
+                                    MPI_UINT64_T, comm),
+                      "MPI_Allgather");
+        for (const auto& r : all) unit_ = std::max<std::size_t>(unit_, static_cast<std::size_t>(r.unit));
+        const std::size_t bytes = numaplace::detail::round_up(static_cast<std::size_t>(mine.bytes), unit_);
+        detail::locally(comm, [&] { admit(all, mine, *topo); });
+        void* base = nullptr;
         MPI_Info info = MPI_INFO_NULL;
         detail::check(MPI_Info_create(&info), "MPI_Info_create");
         MPI_Info_set(info, "alloc_shared_noncontig", "true");
-        void* base = nullptr;
-        const std::size_t asked = bytes == 0 ? 0 : bytes + detail::page_size();
+        const std::size_t asked = bytes == 0 ? 0 : bytes + unit_;
         const int rc = MPI_Win_allocate_shared(static_cast<MPI_Aint>(asked), static_cast<int>(sizeof(T)), info, comm, &base, &win_);
         MPI_Info_free(&info);
         detail::check(rc, "MPI_Win_allocate_shared");
-        data_ = bytes == 0 ? nullptr : static_cast<T*>(detail::page_up(base));
         try {
-            detail::follow_errhandler(comm, win_);
-            node_ = os < 0 ? -1 : topo.from_os_index(static_cast<unsigned>(os));
-            if (bytes > 0) bind(bytes, fb);
-        } catch (...) {
-            error = std::current_exception();
-        }
-        try {
-            detail::agree(comm, error);
+            detail::locally(comm, [&] {
+                detail::follow_errhandler(comm, win_);
+                data_ = bytes == 0 ? nullptr : static_cast<T*>(numaplace::detail::shared_unit_start(base, unit_));
+                node_ = mine.os_node < 0 ? -1 : topo->from_os_index(static_cast<unsigned>(mine.os_node));
+                if (bytes > 0) bind(bytes, fb, all, *topo);
+            });
             detail::check(MPI_Barrier(comm), "MPI_Barrier"); // every segment bound before any is touched
         } catch (...) {
             MPI_Win_free(&win_);
@@ -317,7 +231,7 @@ public:
     /// \effects takes `o`'s window; `o` is left empty (no window: its destructor does nothing).
     shared_window(shared_window&& o) noexcept
         : win_(std::exchange(o.win_, MPI_WIN_NULL)), data_(std::exchange(o.data_, nullptr)),
-          count_(std::exchange(o.count_, 0)), node_(o.node_), placed_(o.placed_) {}
+          count_(std::exchange(o.count_, 0)), unit_(o.unit_), node_(o.node_), placed_(o.placed_), populated_(o.populated_) {}
     shared_window& operator=(shared_window&&) = delete;
     /// \effects `MPI_Win_free` (collective) unless empty.
     ~shared_window() {
@@ -330,23 +244,75 @@ public:
     std::size_t size() const noexcept { return count_; }
     /// \returns the node this rank's segment is bound to (-1 when degraded to first touch).
     int node() const noexcept { return placed_ ? node_ : -1; }
+    /// \returns the bytes each segment is aligned and rounded to: the page size, or the shared huge
+    /// page size where the kernel may back shared memory with huge pages.
+    std::size_t unit() const noexcept { return unit_; }
+    /// \returns true when this rank faulted its own segment in at construction (another rank of the window
+    /// may not allocate on its node: a cpuset).
+    bool populated() const noexcept { return populated_; }
     /// \returns the window (`MPI_WIN_NULL` when empty).
     MPI_Win window() const noexcept { return win_; }
-    /// \returns rank `r`'s segment as this process maps it (from its first page boundary: a mapping
-    /// starts on a page in every process) and its size in T's (`MPI_Win_shared_query`): at least what
-    /// rank r asked for, the rest of its last page included.
-    /// \throws mpi_error (e.g. `r` is not a rank of the window's group).
+    /// \returns rank `r`'s segment as this process maps it (from its first unit of the shared file, the
+    /// same bytes in every process) and its size in T's (`MPI_Win_shared_query`): at least what rank r
+    /// asked for, the rest of its last unit included.
+    /// \throws mpi_error for `r` outside [0, ranks) — `MPI_PROC_NULL` included, which MPI would answer
+    /// with the first non-empty segment — after the window's error handler was called with MPI_ERR_RANK
+    /// (a fatal handler ends the job there); mpi_error from MPI; std::logic_error for an empty window.
     std::pair<T*, std::size_t> segment(int r) const {
+        if (win_ == MPI_WIN_NULL) throw std::logic_error("numaplace::mpi::shared_window::segment: an empty (moved-from) window");
+        MPI_Group group = MPI_GROUP_NULL;
+        detail::check(MPI_Win_get_group(win_, &group), "MPI_Win_get_group");
+        int ranks = 0;
+        const int rc = MPI_Group_size(group, &ranks);
+        MPI_Group_free(&group);
+        detail::check(rc, "MPI_Group_size");
+        if (r < 0 || r >= ranks) {
+            MPI_Win_call_errhandler(win_, MPI_ERR_RANK);
+            throw mpi_error(MPI_ERR_RANK, "numaplace::mpi::shared_window::segment: rank " + std::to_string(r) +
+                                              " is not a rank of the window (0.." + std::to_string(ranks - 1) + ")");
+        }
         MPI_Aint bytes = 0;
         int unit = 0;
         void* base = nullptr;
         detail::check(MPI_Win_shared_query(win_, r, &bytes, &unit, &base), "MPI_Win_shared_query");
         if (bytes == 0) return {nullptr, 0};
-        return {static_cast<T*>(detail::page_up(base)), (static_cast<std::size_t>(bytes) - detail::page_size()) / sizeof(T)};
+        return {static_cast<T*>(numaplace::detail::shared_unit_start(base, unit_)), (static_cast<std::size_t>(bytes) - unit_) / sizeof(T)};
     }
 
 private:
-    void bind(std::size_t bytes, fallback fb) {
+    // \effects admits the segments bound to this rank's node, all ranks' together (for a rank bound to
+    // none: all unbound ranks' segments over every node), then the whole window against the free room of
+    // the file system MPI makes its file in. \throws placement_error ENOMEM, ENOSPC.
+    void admit(const std::vector<detail::segment_share>& all, const detail::segment_share& mine, const topology& topo) const {
+        const auto add = [](std::uint64_t a, std::uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; };
+        std::uint64_t total = 0, window = 0; // this node's segments; every rank's ask (one unit more each)
+        std::size_t sharing = 0;
+        for (const auto& r : all) {
+            if (r.bytes == 0) continue;
+            const std::uint64_t b = numaplace::detail::round_up(static_cast<std::size_t>(r.bytes), unit_);
+            window = add(window, add(b, unit_));
+            if (r.os_node != mine.os_node) continue;
+            total = add(total, b);
+            ++sharing;
+        }
+        const std::string who = "mpi::shared_window: the segments of " + std::to_string(sharing) + " ranks together: ";
+        const std::size_t need = total > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(total);
+        if (need > 0 && mine.os_node >= 0)
+            numaplace::detail::admit_or_throw(nullptr, need, numaplace::memory::policy_mode::bind,
+                                              node_set{topo.from_os_index(static_cast<unsigned>(mine.os_node))}, who.c_str(),
+                                              numaplace::detail::range_origin::foreign);
+        else if (need > 0)
+            numaplace::detail::admit_or_throw(nullptr, need, numaplace::memory::policy_mode::preferred_many, topo.all(), who.c_str(),
+                                              numaplace::detail::range_origin::foreign);
+        std::uint64_t room = 0;
+        const std::string dir = numaplace::detail::shared_window_directory();
+        if (window > 0 && numaplace::detail::directory_free_bytes(dir, room) && add(window, detail::page_size()) > room)
+            numaplace::detail::throw_placement(-1, window > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(window), ENOSPC,
+                                               "mpi::shared_window: the window's " + std::to_string(window) + " bytes (all ranks) are more than " +
+                                                   dir + " has free (" + std::to_string(room) + " bytes), where MPI makes its file");
+    }
+
+    void bind(std::size_t bytes, fallback fb, const std::vector<detail::segment_share>& all, const topology& topo) {
         const char* who = "mpi::shared_window: ";
         if (node_ < 0) {
             placed_ = false;
@@ -358,13 +324,33 @@ private:
         }
         placed_ = numaplace::detail::place(data_, bytes, numaplace::memory::policy_mode::bind, node_set{node_}, fb, who,
                                            numaplace::detail::range_origin::foreign);
+        if (!placed_) return;
+        // A rank that may not allocate on this node would put the pages it faults first on its own
+        // nodes, whatever the segment's policy: fault them all in here, before the barrier, and check.
+        const std::int64_t os = static_cast<std::int64_t>(topo.nodes()[static_cast<std::size_t>(node_)].os_index);
+        bool all_may = true;
+        for (const auto& r : all) all_may = all_may && r.may_allocate_on(os);
+        if (all_may) return;
+        populated_ = true;
+        numaplace::memory::touch(data_, bytes);
+        const page_histogram h = where(data_, bytes, topo);
+        const std::size_t on = h.on(node_), pages = bytes / detail::page_size();
+        if (on == pages) return;
+        placed_ = false;
+        const std::string what = std::string(who) + std::to_string(pages - on) + " of " + std::to_string(pages) +
+                                 " pages of this rank's segment faulted in off node " + std::to_string(node_) +
+                                 " (its cpuset.mems?), though bound there";
+        if (fb == fallback::strict) numaplace::detail::throw_placement(node_, bytes, EXDEV, what);
+        numaplace::detail::degradation_log::instance().record(what + ": left where they are");
     }
 
     MPI_Win win_ = MPI_WIN_NULL;
     T* data_ = nullptr;
     std::size_t count_ = 0;
+    std::size_t unit_ = 0;
     int node_ = -1;
     bool placed_ = false;
+    bool populated_ = false;
 };
 
 } // namespace mpi

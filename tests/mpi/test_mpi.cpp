@@ -9,6 +9,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <seccomp.hpp>
 
 #include <mpi.h>
@@ -19,9 +24,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <system_error>
 #include <limits>
 #include <new>
 #include <string>
@@ -46,6 +54,47 @@ int world_size() {
 // The node the calling thread runs on now (sched_getcpu): the oracle for a rank bound within a node.
 int running_node() { return topology::get().current_node(); }
 } // namespace
+
+// The first numaplace call of the process fails on one rank alone (the topology cannot be read at the
+// descriptor limit: EMFILE): every rank throws, the failed rank its own std::system_error, the others
+// rank_failed naming it, for rank_nodes::of and then shared_window; no rank waits, and no innocent rank
+// meets the failed rank's next collective (with 3+ ranks one did, and was told it failed itself). Once
+// descriptors are free both work on every rank. First in this file: gtest runs it before any other
+// test reads the topology.
+TEST(mpi_first_call, a_first_call_failing_on_one_rank_fails_every_rank_and_the_next_call_works) {
+    const int bad = world_size() - 1;
+    std::vector<int> fds;
+    if (world_rank() == bad) {
+        for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds.push_back(fd);
+        ASSERT_EQ(errno, EMFILE);
+        ASSERT_GE(fds.size(), 3u);
+        for (int k = 0; k < 3; ++k) { // three free: fewer than the topology read needs (UBSan needs one)
+            ::close(fds.back());
+            fds.pop_back();
+        }
+    }
+    const auto expect_failed_by_bad = [&](const char* what, auto&& call) {
+        try {
+            call();
+            ADD_FAILURE() << what << ": no exception on rank " << world_rank();
+        } catch (const mpi::rank_failed& e) {
+            EXPECT_NE(world_rank(), bad) << what << ": " << e.what();
+            EXPECT_EQ(e.rank(), bad) << what << ": " << e.what();
+        } catch (const std::system_error& e) {
+            EXPECT_EQ(world_rank(), bad) << what << ": " << e.what();
+            EXPECT_EQ(e.code().value(), EMFILE) << what << ": " << e.what();
+        }
+    };
+    for (int round = 0; round < 2; ++round) { // the failed rank goes on to its next call at once
+        expect_failed_by_bad("rank_nodes::of", [] { (void)mpi::rank_nodes::of(MPI_COMM_WORLD); });
+        expect_failed_by_bad("shared_window", [] { mpi::shared_window<double> w(MPI_COMM_WORLD, 1000); });
+    }
+    for (int fd : fds) ::close(fd);
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    EXPECT_EQ(nodes.size(), world_size());
+    mpi::shared_window<double> w(MPI_COMM_WORLD, 1000);
+    EXPECT_EQ(w.size(), 1000u);
+}
 
 TEST(mpi, each_ranks_node_is_its_binding) {
     const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
@@ -133,7 +182,17 @@ TEST(mpi_attack, a_window_returns_errors_when_its_communicator_does) {
                 ADD_FAILURE() << "segment(" << world_size() << ") of a group of " << world_size() << " returned";
             } catch (const mpi::mpi_error& e) {
                 EXPECT_NE(e.code(), MPI_SUCCESS);
-                EXPECT_NE(std::string(e.what()).find("MPI_Win_shared_query"), std::string::npos) << e.what();
+                EXPECT_EQ(e.code(), MPI_ERR_RANK);
+                EXPECT_NE(std::string(e.what()).find("is not a rank of the window"), std::string::npos) << e.what();
+            }
+            // MPI_PROC_NULL (MPI would answer with the first non-empty segment) and a negative rank
+            for (const int r : {MPI_PROC_NULL, -1, INT_MIN}) {
+                try {
+                    (void)w.segment(r);
+                    ADD_FAILURE() << "segment(" << r << ") returned";
+                } catch (const mpi::mpi_error& e) {
+                    EXPECT_EQ(e.code(), MPI_ERR_RANK) << e.what();
+                }
             }
         }
         EXPECT_GE(w.segment(world_rank()).second, 100u) << "the window still works after the error";
@@ -148,8 +207,9 @@ TEST(mpi_attack, a_window_returns_errors_when_its_communicator_does) {
 
 TEST(mpi_attack, segments_at_page_boundaries_start_on_a_page_and_hold_what_was_asked) {
     // 1 element, a page of them - 1, a page, a page + 1, and a size differing between the ranks: every
-    // segment starts on a page boundary of every process's mapping, holds at least what its rank asked
-    // and the whole of its last page, and is written by its owner without touching a neighbour.
+    // segment starts on a page boundary of every process's mapping and on a unit (page or shared huge
+    // page) of the file, holds at least what its rank asked and the whole of its last unit, and is
+    // written by its owner without touching a neighbour.
     const std::size_t per_page = page / sizeof(long);
     const std::size_t sizes[] = {1, per_page - 1, per_page, per_page + 1, 0}; // 0: rank r asks (r + 1) pages
     for (const std::size_t size : sizes) {
@@ -162,8 +222,11 @@ TEST(mpi_attack, segments_at_page_boundaries_start_on_a_page_and_hold_what_was_a
         for (int r = 0; r < world_size(); ++r) {
             const auto seg = w.segment(r);
             EXPECT_EQ(reinterpret_cast<std::uintptr_t>(seg.first) % page, 0u) << "rank " << r << " count " << count;
-            const std::size_t asked = asked_by(r);
-            EXPECT_EQ(seg.second, (asked + per_page - 1) / per_page * per_page) << "rank " << r << " count " << count;
+            std::uint64_t offset = 0; // the segment starts on a unit of the shared file in every process
+            ASSERT_TRUE(detail::mapped_file_offset(seg.first, offset));
+            EXPECT_EQ(offset % w.unit(), 0u) << "rank " << r << " count " << count;
+            const std::size_t asked = asked_by(r), per_unit = w.unit() / sizeof(long);
+            EXPECT_EQ(seg.second, (asked + per_unit - 1) / per_unit * per_unit) << "rank " << r << " count " << count;
             std::size_t wrong = 0; // counted, not asserted: every rank must reach the barrier below
             for (std::size_t i = 0; i < asked; ++i) wrong += seg.first[i] != r * 1000000L + static_cast<long>(i);
             EXPECT_EQ(wrong, 0u) << "rank " << r << " count " << count;
@@ -196,7 +259,10 @@ TEST(mpi_attack, more_than_a_nodes_memory_on_one_rank_fails_every_rank_before_mp
     // strict or degrading (a fallback cannot make memory), before MPI is asked for a window (MPI would
     // fail to back it, and its default error handler aborts); the others get rank_failed, and the
     // communicator still works.
+    // Admission is of each node's segments together: the ranks on `bad`'s node fail themselves.
     const int bad = world_size() - 1;
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    const bool with_bad = nodes.node_of(world_rank()) == nodes.node_of(bad);
     std::size_t total = 0;
     for (const auto& n : topology::get().nodes()) total += n.memory;
     for (const fallback fb : {fallback::strict, fallback::degrade}) {
@@ -204,16 +270,245 @@ TEST(mpi_attack, more_than_a_nodes_memory_on_one_rank_fails_every_rank_before_mp
             mpi::shared_window<char> w(MPI_COMM_WORLD, world_rank() == bad ? total + (std::size_t(1) << 40) : page, fb);
             ADD_FAILURE() << "no exception";
         } catch (const placement_error& e) {
-            EXPECT_EQ(world_rank(), bad);
-            EXPECT_EQ(e.error_number(), ENOMEM);
+            // the bad rank's node: more than it has; the others: the window is more than /dev/shm has
+            EXPECT_EQ(e.error_number(), with_bad ? ENOMEM : ENOSPC) << e.what();
             EXPECT_NE(std::string(e.what()).find("mpi::shared_window: "), std::string::npos) << e.what();
         } catch (const mpi::rank_failed& e) {
-            EXPECT_NE(world_rank(), bad);
-            EXPECT_EQ(e.rank(), bad);
+            ADD_FAILURE() << "every rank fails itself (its node, or the whole window's room): " << e.what();
         }
     }
     mpi::shared_window<double> after(MPI_COMM_WORLD, 16);
     EXPECT_EQ(after.size(), 16u);
+}
+
+// Ranks that share a node each ask for 0.6 of what the node admits: each fits alone, together they do
+// not. Before, each rank admitted its own segment, Open MPI then failed the allocation on one rank and
+// the other waited in MPI_Win_allocate_shared for ever (or the OOM killer ended the job at first touch).
+// The ranks on that node now fail with placement_error ENOMEM, the others rank_failed, before MPI maps
+// anything. Where each node holds one rank (the guests), the same window is made, unless all the
+// ranks' segments together are more than /dev/shm has free: then every rank fails with ENOSPC.
+TEST(mpi_attack, segments_that_fit_alone_but_not_together_fail_every_rank_before_mpi_maps_them) {
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    const int node = nodes.node_of(world_rank());
+    const node_set where_mine = node >= 0 ? node_set{node} : topology::get().all();
+    const auto mode = node >= 0 ? memory::policy_mode::bind : memory::policy_mode::preferred_many;
+    std::size_t lo = 0, hi = std::size_t(1) << 46; // the most this rank's node admits, to 1 MiB
+    while (hi - lo > (std::size_t(1) << 20)) {
+        const std::size_t mid = lo + (hi - lo) / 2;
+        (memory::admit(mid, mode, where_mine) == 0 ? lo : hi) = mid;
+    }
+    const std::size_t unit = detail::shared_segment_unit();
+    const std::size_t ask = lo / 10 * 6 / unit * unit; // whole units: what is admitted is what was asked
+    ASSERT_GT(ask, 0u);
+    std::vector<unsigned long> asks(static_cast<std::size_t>(world_size()));
+    unsigned long mine = ask;
+    MPI_Allgather(&mine, 1, MPI_UNSIGNED_LONG, asks.data(), 1, MPI_UNSIGNED_LONG, MPI_COMM_WORLD);
+    std::size_t together = 0, window = 0; // the oracle: this node's ranks, then the whole window
+    for (int r = 0; r < world_size(); ++r) {
+        if (nodes.node_of(r) == node) together += asks[static_cast<std::size_t>(r)];
+        window += asks[static_cast<std::size_t>(r)] + unit;
+    }
+    std::uint64_t room = 0;
+    const bool shm = detail::directory_free_bytes(detail::shared_window_directory(), room);
+    const int expected = together > lo ? ENOMEM : (shm && window + page > room ? ENOSPC : 0);
+    int expect_any = expected, any = 0;
+    MPI_Allreduce(&expect_any, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    if (nodes.ranks_on(node) >= 2 && node >= 0) EXPECT_EQ(expected, ENOMEM) << "ranks sharing node " << node;
+    try {
+        mpi::shared_window<char> w(MPI_COMM_WORLD, ask, fallback::degrade);
+        EXPECT_EQ(any, 0) << "made although rank(s) expected error " << any;
+    } catch (const placement_error& e) {
+        EXPECT_EQ(e.error_number(), expected) << e.what();
+        EXPECT_NE(std::string(e.what()).find("mpi::shared_window: "), std::string::npos) << e.what();
+    } catch (const mpi::rank_failed& e) {
+        EXPECT_EQ(expected, 0) << e.what();
+        EXPECT_NE(any, 0) << e.what();
+    }
+    mpi::shared_window<double> after(MPI_COMM_WORLD, 16); // nothing left behind, nobody waits
+    EXPECT_EQ(after.size(), 16u);
+}
+
+// Communicators a collective cannot take are refused on every rank before any communication:
+// MPI_COMM_NULL, and an intercommunicator (Open MPI crashed in MPI_Comm_split_type on one).
+TEST(mpi_attack, a_null_communicator_and_an_intercommunicator_are_refused_up_front) {
+    EXPECT_THROW((void)mpi::rank_nodes::of(MPI_COMM_NULL), mpi::invalid_communicator);
+    EXPECT_THROW(mpi::shared_window<int>(MPI_COMM_NULL, 1), mpi::invalid_communicator);
+    if (world_size() < 2) return;
+    const int half = world_rank() < world_size() / 2 ? 0 : 1;
+    MPI_Comm local = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+    ASSERT_EQ(MPI_Comm_split(MPI_COMM_WORLD, half, world_rank(), &local), MPI_SUCCESS);
+    const int remote_leader = half == 0 ? world_size() / 2 : 0;
+    ASSERT_EQ(MPI_Intercomm_create(local, 0, MPI_COMM_WORLD, remote_leader, 7, &inter), MPI_SUCCESS);
+    EXPECT_THROW((void)mpi::rank_nodes::of(inter), mpi::invalid_communicator);
+    try {
+        mpi::shared_window<int> w(inter, 1);
+        ADD_FAILURE() << "a window on an intercommunicator";
+    } catch (const mpi::invalid_communicator& e) {
+        EXPECT_NE(std::string(e.what()).find("intercommunicator"), std::string::npos) << e.what();
+    }
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&local);
+    MPI_Barrier(MPI_COMM_WORLD);
+}
+
+namespace {
+// Writes `value` to a file of the guest's /sys (root there); \returns false when it cannot.
+bool write_file(const std::string& path, const std::string& value) {
+    std::ofstream out(path);
+    out << value;
+    out.flush();
+    return static_cast<bool>(out);
+}
+std::string read_first_line(const std::string& path) {
+    std::ifstream in(path);
+    std::string line;
+    std::getline(in, line);
+    return line;
+}
+std::uint64_t meminfo_kib(const char* key) {
+    std::ifstream in("/proc/meminfo");
+    std::string k;
+    std::uint64_t v = 0;
+    while (in >> k) {
+        if (k == key && (in >> v)) return v;
+        in.ignore(1 << 10, '\n');
+    }
+    return 0;
+}
+// Rank 0 writes every rank's segment first (11 pages each); then every rank checks, in rank 0's
+// mappings and its own, that each segment's pages are all on its rank's node. \returns pages off their node.
+std::size_t misplaced_after_rank0_writes_all(const mpi::shared_window<double>& w, const mpi::rank_nodes& nodes, std::size_t count) {
+    if (world_rank() == 0)
+        for (int r = 0; r < world_size(); ++r) {
+            const auto seg = w.segment(r);
+            for (std::size_t i = 0; i < count; ++i) seg.first[i] = r * 1e6 + static_cast<double>(i);
+        }
+    MPI_Barrier(MPI_COMM_WORLD);
+    std::size_t off = 0;
+    for (int r = 0; r < world_size(); ++r) {
+        const auto seg = w.segment(r);
+        for (std::size_t i = 0; i < count; ++i) off += seg.first[i] != r * 1e6 + static_cast<double>(i); // maps it here too
+        const page_histogram h = where(seg.first, count * sizeof(double));
+        off += h.pages - h.on(nodes.node_of(r));
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return off;
+}
+} // namespace
+
+// /dev/shm backed by shared huge pages (shmem_enabled=force, or the mount's huge=always): a 2 MiB page
+// is placed by its first small page, whoever faults it, and took the neighbour's segment with it (rank
+// 1's segment followed rank 0's first touch: 0 of 11 pages on its node). Segments are now whole huge
+// pages of the file. In the guests only (root there, and the machine is the test's own).
+TEST(mpi_attack, shared_huge_pages_never_carry_a_segment_onto_another_ranks_node) {
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    const std::string shmem = "/sys/kernel/mm/transparent_hugepage/shmem_enabled";
+    const std::size_t count = 10 * page / sizeof(double) + 3;
+    if (!layout) { // the host: the unit says whether huge pages may back shared memory here
+        mpi::shared_window<double> w(MPI_COMM_WORLD, count);
+        const std::string mode = read_first_line(shmem);
+        EXPECT_EQ(w.unit(), mode.empty() || mode.find("[deny]") != std::string::npos ? page : detail::huge_page_size()) << mode;
+        return;
+    }
+    const std::string before = read_first_line(shmem);
+    ASSERT_FALSE(before.empty());
+    struct way { const char* name; std::string sysfs; const char* remount; const char* restore; };
+    const way ways[] = {{"shmem_enabled=force", "force", nullptr, nullptr},
+                        {"/dev/shm huge=always", "never", "mount -o remount,huge=always /dev/shm", "mount -o remount,huge=never /dev/shm"}};
+    for (const way& w : ways) {
+        if (world_rank() == 0) {
+            ASSERT_TRUE(write_file(shmem, w.sysfs)) << w.name;
+            if (w.remount) ASSERT_EQ(std::system(w.remount), 0) << w.name;
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        const std::uint64_t huge_before = meminfo_kib("ShmemHugePages:");
+        std::size_t off = 0;
+        {
+            mpi::shared_window<double> win(MPI_COMM_WORLD, count);
+            EXPECT_EQ(win.unit(), detail::huge_page_size()) << w.name;
+            off = misplaced_after_rank0_writes_all(win, nodes, count);
+            // the case is real: the kernel did back the segments with huge pages
+            if (world_rank() == 0) EXPECT_GT(meminfo_kib("ShmemHugePages:"), huge_before) << w.name;
+            MPI_Barrier(MPI_COMM_WORLD);
+        }
+        EXPECT_EQ(off, 0u) << w.name << ": pages of segments off their ranks' nodes";
+        if (world_rank() == 0) {
+            if (w.restore) EXPECT_EQ(std::system(w.restore), 0);
+            EXPECT_TRUE(write_file(shmem, detail::bracketed(before)));
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+}
+
+// Ranks in different cpusets (Slurm with cgroups): a rank whose cpuset.mems leaves out another rank's
+// node puts the pages it faults first on its own nodes, whatever the segment's binding (64 MiB: 0 of
+// 16384 pages on the owner's node). Each owner now faults its segment in itself when some rank may not
+// allocate on its node, and checks it: every page on its node. A rank whose own cpuset leaves out the
+// node of its CPUs cannot place its segment: strict refuses on every rank, degrading records it and the
+// window claims no node for it. In the guests only (cpusets, root).
+TEST(mpi_attack, ranks_in_different_cpusets_get_every_page_of_their_segments_on_their_nodes) {
+    const mpi::rank_nodes nodes = mpi::rank_nodes::of(MPI_COMM_WORLD);
+    if (!layout) { // the host: one cpuset for all; nobody populates
+        mpi::shared_window<double> w(MPI_COMM_WORLD, 1000);
+        EXPECT_FALSE(w.populated());
+        return;
+    }
+    // A cgroup v1 cpuset hierarchy: a task moved in keeps its pages where they are (cpuset.memory_migrate
+    // is 0; cgroup v2 migrates the whole process, minutes under TCG).
+    const std::string root = "/tmp/numaplace-cpuset";
+    if (world_rank() == 0) {
+        ::mkdir(root.c_str(), 0755);
+        ASSERT_EQ(std::system(("mount -t cgroup -o cpuset numaplace-cpuset " + root).c_str()), 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const topology& topo = topology::get();
+    const auto& mine = topo.nodes()[static_cast<std::size_t>(nodes.node_of(world_rank()))];
+    std::string cpus;
+    for (unsigned c : mine.cpus) cpus += (cpus.empty() ? "" : ",") + std::to_string(c);
+    const std::string group = root + "/numaplace-rank" + std::to_string(world_rank());
+    const auto enter = [&](unsigned mems) {
+        ::mkdir(group.c_str(), 0755);
+        ASSERT_TRUE(write_file(group + "/cpuset.cpus", cpus));
+        ASSERT_TRUE(write_file(group + "/cpuset.mems", std::to_string(mems)));
+        ASSERT_TRUE(write_file(group + "/cgroup.procs", std::to_string(::getpid())));
+    };
+    cpu_set_t bound; // leaving a cpuset widens the affinity to the parent's CPUs: restored at the end
+    ASSERT_EQ(::sched_getaffinity(0, sizeof bound, &bound), 0);
+    enter(mine.os_index); // each rank may allocate on its own node only
+    MPI_Barrier(MPI_COMM_WORLD);
+    const std::size_t count = 16 * page / sizeof(double);
+    {
+        mpi::shared_window<double> w(MPI_COMM_WORLD, count);
+        EXPECT_TRUE(w.populated());
+        EXPECT_EQ(w.node(), nodes.node_of(world_rank()));
+        EXPECT_EQ(misplaced_after_rank0_writes_all(w, nodes, count), 0u);
+    }
+    // the last rank's cpuset leaves out its own node: mbind to it is refused (EINVAL)
+    const int bad = world_size() - 1;
+    if (world_rank() == bad) enter(topo.nodes()[0].os_index);
+    MPI_Barrier(MPI_COMM_WORLD);
+    try {
+        mpi::shared_window<double> w(MPI_COMM_WORLD, count);
+        ADD_FAILURE() << "strict: no exception";
+    } catch (const placement_error& e) {
+        EXPECT_EQ(world_rank(), bad) << e.what();
+    } catch (const mpi::rank_failed& e) {
+        EXPECT_NE(world_rank(), bad);
+        EXPECT_EQ(e.rank(), bad);
+    }
+    {
+        const std::size_t before = degradations().size();
+        mpi::shared_window<double> w(MPI_COMM_WORLD, count, fallback::degrade);
+        EXPECT_EQ(w.node(), world_rank() == bad ? -1 : nodes.node_of(world_rank()));
+        EXPECT_EQ(degradations().size(), before + (world_rank() == bad ? 1u : 0u));
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    EXPECT_TRUE(write_file(root + "/cgroup.procs", std::to_string(::getpid())));
+    EXPECT_EQ(::sched_setaffinity(0, sizeof bound, &bound), 0) << std::strerror(errno);
+    EXPECT_EQ(::rmdir(group.c_str()), 0) << std::strerror(errno);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (world_rank() == 0) EXPECT_EQ(std::system(("umount " + root).c_str()), 0);
+    MPI_Barrier(MPI_COMM_WORLD);
 }
 
 TEST(mpi_attack, mbind_refused_after_start_up_on_one_rank_strict_fails_every_rank_degrade_records_it) {
