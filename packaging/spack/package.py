@@ -6,6 +6,7 @@
 #   cp packaging/spack/package.py ~/spack-numaplace/spack_repo/numaplace/packages/numaplace/
 #   spack repo add ~/spack-numaplace/spack_repo/numaplace
 #   spack install numaplace@main           # or numaplace@main ~parallel: numaplace::core only, no oneTBB
+#   spack install --test=root numaplace    # and build and run the unit tests before installing
 # Release versions (version("X.Y.Z", sha256=...)) download GitHub's archive of the tag vX.Y.Z; packaging/
 # release.txt names the commit of each and scripts/release writes and checks these lines (packaging/README.md,
 # "Making a release").
