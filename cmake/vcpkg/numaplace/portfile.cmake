@@ -8,9 +8,11 @@
 #   environment: VCPKG_KEEP_ENV_VARS=NUMAPLACE_SOURCE_DIR NUMAPLACE_SOURCE_DIR=/path/to/numaplace vcpkg install ...
 # - the port copied out of the checkout (a registry's ports/numaplace): downloads the release tag
 #   v${VERSION} (VERSION is vcpkg.json's "version") with vcpkg_from_github, checked against
-#   numaplace_release_sha512 below (v0.1.0's, made before the tag was pushed). At each release, tag it and set the SHA512 of
-#   GitHub's archive of the tag (packaging/README.md, "Making a release", computes it from the tag before it
-#   is pushed). The SHA512 is part of the port, so the ABI hash changes with the sources.
+#   numaplace_release_sha512 below: the newest release of packaging/release.txt (0.1.0: commit f7c0944), the
+#   SHA512 of `git archive --format=tar --prefix=numaplace-X.Y.Z/ COMMIT | gzip -n`, which is GitHub's archive
+#   of the tag once it points at COMMIT. `scripts/release stamp` writes it and vcpkg.json's "version",
+#   `scripts/release check` checks both (packaging/README.md, "Making a release"). The SHA512 is part of the
+#   port, so the ABI hash changes with the sources.
 set(numaplace_release_sha512 "7ca0c8d8ad7075a5b0155422e884efe06b18945f1190a86ce32c7179d7296f702155d73ab48a8c051787eea52ed7cf8e226ff9363a118b8a56a02b68af160b93") # SHA512 of https://github.com/numaplace/numaplace/archive/v${VERSION}.tar.gz
 
 if(DEFINED ENV{NUMAPLACE_SOURCE_DIR})
