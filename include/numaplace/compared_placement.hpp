@@ -134,6 +134,19 @@ inline std::vector<compared_placement> standard_placements() {
             compared_placement::partitioned_huge()};
 }
 
+/// The pages a placed array is made of, whatever its placement advises: a benchmark that holds a kernel
+/// against a read limit measured on one kind of page makes both arrays of that kind.
+enum class page_choice {
+    as_placed, ///< what the placement advises (partitioned_huge may ask for huge pages)
+    small,     ///< MADV_NOHUGEPAGE before the first write: small pages whatever THP's mode
+    huge       ///< MADV_HUGEPAGE before the first write: what THP in `madvise` mode gives
+};
+
+/// \returns "as placed", "small pages" or "MADV_HUGEPAGE".
+inline const char* name(page_choice c) noexcept {
+    return c == page_choice::small ? "small pages" : c == page_choice::huge ? "MADV_HUGEPAGE" : "as placed";
+}
+
 /// An array of `part.element_count()` T's placed by one compared placement: the setup of one
 /// benchmark, made before its timed region. Not copyable; the memory is unmapped on destruction.
 template <class T>
@@ -142,16 +155,20 @@ class placed_array {
                   "placed_array holds raw memory that the initialisation writes: trivial element types only");
 
 public:
-    /// \effects maps and places the array (`how.allocate`); for `serial_first_touch` writes every page
+    /// \effects maps and places the array (`how.allocate`), advises its pages as `pages` says (before
+    /// any write); for `serial_first_touch` then writes every page
     /// from the calling thread (`memory::touch`), so every page is on this thread's node before any
     /// initialisation; other kinds are left untouched (bound pages go where the binding says at the first
     /// write, `first_touch` pages where the initialising thread runs).
     /// \throws as `compared_placement::allocate`; invalid_placement when the byte size overflows.
-    placed_array(compared_placement how, const partition<T>& part)
-        : how_(std::move(how)), layout_(how_.layout(part)), count_(layout_.element_count()) {
+    placed_array(compared_placement how, const partition<T>& part, page_choice pages = page_choice::as_placed)
+        : how_(std::move(how)), layout_(how_.layout(part)), count_(layout_.element_count()), pages_(pages) {
         if (count_ > SIZE_MAX / sizeof(T))
             detail::throw_invalid("placed_array: " + std::to_string(count_) + " elements overflow a size_t of bytes");
         data_ = static_cast<T*>(how_.allocate(bytes(), layout_));
+        if (pages != page_choice::as_placed)
+            detail::os_advise(data_, memory::page_round(bytes()),
+                              pages == page_choice::huge ? detail::page_advice::huge_pages : detail::page_advice::no_huge_pages);
         if (how_.kind() == compared_kind::serial_first_touch) memory::touch(data_, bytes());
     }
     ~placed_array() { memory::unmap(data_, bytes()); }
@@ -164,6 +181,7 @@ public:
     std::size_t size() const noexcept { return count_; }
     std::size_t bytes() const noexcept { return count_ * sizeof(T); }
     const compared_placement& placement() const noexcept { return how_; }
+    page_choice pages() const noexcept { return pages_; }
     /// \returns the partition the pages follow (`placement().layout(part)`): loops should use it.
     const partition<T>& layout() const noexcept { return layout_; }
     /// \returns where() of the array against `layout()`: pages per node, and the fraction on their block's node.
@@ -174,6 +192,7 @@ private:
     compared_placement how_;
     partition<T> layout_;
     std::size_t count_;
+    page_choice pages_;
     T* data_ = nullptr;
 };
 
