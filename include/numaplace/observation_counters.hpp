@@ -7,7 +7,7 @@
 /// was not measured is not in the list (never a 0): its group is listed as absent, with the reason.
 /// Core component: no Google Benchmark here. Names and units: docs/benchmark.md.
 
-#include "observe.hpp"
+#include "observation.hpp"
 #include "where.hpp"
 
 #include <cstddef>
@@ -73,11 +73,13 @@ inline bool add_group(counter_set& c, const observation& o, counter_group g) {
 
 /// \returns the deltas of `o` as named values, each a delta over the observed region (per_iteration):
 /// - numastat (pages, system-wide): `numastat.local_node`, `numastat.other_node` (sums over nodes), and
-///   per node id k `numastat.node<k>.<field>` for numa_hit, numa_miss, numa_foreign, interleave_hit,
+///   per node id k `numastat.node<k>.<field>` (`numastat.os<k>.` by the kernel's number when the topology
+///   is not this system's) for numa_hit, numa_miss, numa_foreign, interleave_hit,
 ///   local_node, other_node;
 /// - vmstat: `vmstat.<field>` for each field the kernel has;
 /// - software (this process): `cpu_migrations`, `page_faults`, `context_switches`;
-/// - node_access (memory accesses): `node_access.local` (LMA), `node_access.remote` (RMA), and `rma_lma`
+/// - node_access (memory accesses): `node_access.local` (LMA), `node_access.remote` (RMA), the raw
+///   `node_access.accesses` / `node_access.misses` (node-loads, node-load-misses), and `rma_lma`
 ///   (their ratio, not per iteration) when both were read and local is not 0.
 /// Groups not measured are in `absent` with their reason; nothing of theirs is in `values`.
 inline counter_set observation_counters(const observation& o) {
@@ -91,7 +93,8 @@ inline counter_set observation_counters(const observation& o) {
         c.values.push_back({"numastat.local_node", static_cast<double>(local), true});
         c.values.push_back({"numastat.other_node", static_cast<double>(other), true});
         for (const numastat_delta& d : o.numastat()) {
-            const std::string p = "numastat.node" + std::to_string(d.node) + ".";
+            // the topology's node id; the kernel's number ("os<k>") when the topology is not this system's
+            const std::string p = "numastat." + (d.node >= 0 ? "node" + std::to_string(d.node) : "os" + std::to_string(d.os_index)) + ".";
             const std::pair<const char*, std::uint64_t> fields[] = {
                 {"numa_hit", d.numa_hit},         {"numa_miss", d.numa_miss},   {"numa_foreign", d.numa_foreign},
                 {"interleave_hit", d.interleave_hit}, {"local_node", d.local_node}, {"other_node", d.other_node}};
@@ -117,6 +120,8 @@ inline counter_set observation_counters(const observation& o) {
         const node_access_delta& a = o.node_access();
         detail::add_count(c, "node_access.local", a.local);
         detail::add_count(c, "node_access.remote", a.remote);
+        detail::add_count(c, "node_access.accesses", a.accesses);
+        detail::add_count(c, "node_access.misses", a.misses);
         if (const auto r = o.remote_to_local()) c.values.push_back({"rma_lma", *r, false});
     }
     return c;
