@@ -21,10 +21,12 @@
 //
 // Names: BM_Dgemv_<read_limit_<strategy>|read_limit_hugepage_<strategy>|openblas|partitioned|
 //                  partitioned_hugepage|serial_init|parallel_init|interleaved|node0>/threads:T
-// Counters: GBps, GFLOPs, huge_pages, locality (pages on the node of the thread that computes them, from where()),
-// locality_before (before the timed iterations) and the kernel's NUMA balancing counters over them
-// (numa_pages_migrated, numa_hint_faults, numa_hint_faults_local from /proc/vmstat, system-wide; 0 unless
-// kernel.numa_balancing is on).
+// Counters: GBps, GFLOPs, huge_pages; from numaplace's Google Benchmark face (numaplace/benchmark.hpp):
+// locality and pages.node<k> (where() against the rows partition), and the observation of the timed
+// iterations per iteration (numastat.*, vmstat.* with the NUMA balancing counters, cpu_migrations,
+// page_faults, context_switches, node_access.* and rma_lma: only the groups measured, the others named
+// with their reason in the label); locality_threads (pages on the node of the thread that computes them)
+// and locality_before (the same before the timed iterations).
 // The matrix of the partitioned placement (read by the probes, OpenBLAS and our kernel) lives for the
 // whole run, and so does its MADV_HUGEPAGE twin (the huge-page probes and kernel); the other placements
 // share a third slot, rebuilt when another placement runs.
@@ -32,7 +34,7 @@
 // Plot: benchmarks/plot_dgemv.py results.json out.png
 #include "dgemv_placements.hpp"
 
-#include <numaplace/balancing.hpp>
+#include <numaplace/benchmark.hpp>
 
 #include <benchmark/benchmark.h>
 
@@ -106,7 +108,7 @@ void finish(benchmark::State& state, int threads, double seconds, const placed_m
     state.counters["threads"] = threads;
     state.counters["GBps"] = static_cast<double>(bytes) / per_iter / 1e9;
     state.counters["GFLOPs"] = 2.0 * static_cast<double>(M) * static_cast<double>(N) / per_iter / 1e9;
-    if (locality >= 0) state.counters["locality"] = locality;
+    if (locality >= 0) state.counters["locality_threads"] = locality;
 }
 
 double elapsed(const std::chrono::steady_clock::time_point& t0) {
@@ -147,14 +149,12 @@ void run_placement(benchmark::State& state, placement_kind kind, page_kind pages
         return;
     }
     const double locality_before = m.locality();
-    const auto balancing_before = numaplace::balancing_counters::read();
+    numaplace::observation_scope scope;
     const double seconds = timed(state, [&] { m.multiply(); });
-    const auto bal = numaplace::balancing_counters::read().since(balancing_before);
+    numaplace::add_observation_counters(state, scope.stop());
+    numaplace::add_locality_counters(state, m.a(), m.row_partition());
     finish(state, threads, seconds, m, m.locality());
     state.counters["locality_before"] = locality_before;
-    state.counters["numa_pages_migrated"] = static_cast<double>(bal.pages_migrated);
-    state.counters["numa_hint_faults"] = static_cast<double>(bal.hint_faults);
-    state.counters["numa_hint_faults_local"] = static_cast<double>(bal.hint_faults_local);
 }
 
 #ifdef NUMAPLACE_HAVE_OPENBLAS

@@ -6,45 +6,36 @@
 //                  compute with tbb::parallel_for
 //   parallel_init  plain pages, filled and computed by tbb::parallel_for with static_partitioner
 //                  (the same rows go to the same thread in both loops: first touch done right by hand)
-//   interleaved    interleaved_allocator over all nodes, compute with tbb::parallel_for
-//   node0          node_allocator(0): everything bound to node 0
-//   partitioned    partitioned_allocator over partition<double>::rows(M, N) (blocks of whole rows),
+//   interleaved    interleaved over all nodes, compute with tbb::parallel_for
+//   node0          everything bound to node 0
+//   partitioned    bound by partition<double>::rows(M, N) (blocks of whole rows),
 //                  filled and computed by numaplace::parallel_for on that same rows partition
 //   replaced       filled by one thread as serial_init, then numaplace::replace to the rows partition
 //                  (pages moved, contents kept), computed by numaplace::parallel_for on it
+// A itself is a numaplace::placed_array made by the compared placement of each (`compared`,
+// numaplace/compared_placement.hpp): the same allocation and first touch as benchmark.hpp's.
 #ifndef NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 #define NUMAPLACE_BENCH_DGEMV_PLACEMENTS_HPP_INCLUDED
 
 #include "dgemv_kernel.hpp"
 
+#include <numaplace/compared_placement.hpp>
 #include <numaplace/numaplace.hpp>
 
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 
 #include <cstddef>
-#include <functional>
-#include <memory>
 #include <string>
 #include <vector>
-
-#include <sys/mman.h>
 
 namespace numaplace::bench {
 
 enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced };
 
-/// The pages A is made of. The benchmark measures every kernel and its read-bandwidth probes on one kind
-/// (the probes' limit is not the same with huge pages: fewer TLB misses, so a faster read).
-enum class page_kind {
-    as_placed, ///< whatever the placement advises (the partitioned placement may ask for huge pages)
-    small,     ///< MADV_NOHUGEPAGE before the first write: small pages whatever THP's mode
-    huge       ///< MADV_HUGEPAGE before the first write: what THP in `madvise` mode gives
-};
-
-inline const char* name(page_kind k) noexcept {
-    return k == page_kind::small ? "small pages" : k == page_kind::huge ? "MADV_HUGEPAGE" : "as placed";
-}
+/// The pages A is made of (numaplace::page_choice): the benchmark measures every kernel and its
+/// read-bandwidth probes on one kind (the probes' limit is not the same with huge pages).
+using page_kind = numaplace::page_choice;
 
 inline const char* name(placement_kind p) noexcept {
     switch (p) {
@@ -56,6 +47,21 @@ inline const char* name(placement_kind p) noexcept {
     case placement_kind::replaced: return "replaced";
     }
     return "?";
+}
+
+/// \returns the compared placement (compared_placement.hpp) that makes A for `p`, under p's name: serial
+/// first touch for serial_init and replaced (which is then replace()d), first touch by the placement's
+/// own loop for parallel_init, and numaplace's placements for the others.
+inline compared_placement compared(placement_kind p) {
+    switch (p) {
+    case placement_kind::serial_init: return compared_placement::serial_first_touch(name(p));
+    case placement_kind::parallel_init: return compared_placement::first_touch(name(p));
+    case placement_kind::interleaved: return compared_placement::interleaved(name(p));
+    case placement_kind::node0: return compared_placement::node_local(0, name(p));
+    case placement_kind::partitioned: return compared_placement::partitioned(name(p));
+    case placement_kind::replaced: return compared_placement::serial_first_touch(name(p));
+    }
+    return compared_placement::first_touch(name(p));
 }
 
 inline const std::vector<placement_kind>& all_placements() {
@@ -75,37 +81,22 @@ public:
     /// \param pages: small or huge overrides the placement's own THP advice before A is first written
     /// (MADV_NOHUGEPAGE or MADV_HUGEPAGE); as_placed keeps it.
     placed_matrix(placement_kind kind, std::size_t m, std::size_t n, page_kind pages = page_kind::as_placed)
-        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0), pages_(pages) {
-        const std::size_t count = m * n, bytes = count * sizeof(double);
-        switch (kind) {
-        case placement_kind::serial_init:
-        case placement_kind::parallel_init:
-            a_ = static_cast<double*>(memory::map(bytes));
-            release_ = [bytes](double* p) { memory::unmap(p, bytes); };
-            break;
-        case placement_kind::interleaved: take_from(interleaved_allocator<double>(topology::get().all()), count); break;
-        case placement_kind::node0: take_from(node_allocator<double>(0), count); break;
-        case placement_kind::partitioned: take_from(partitioned_allocator<double>(rows_), count); break;
-        case placement_kind::replaced: // aligned as the partitioned allocation, so the same edges hold
-            a_ = static_cast<double*>(memory::map(bytes, rows_.alignment()));
-            release_ = [bytes](double* p) { memory::unmap(p, bytes); };
-            break;
-        }
-        if (pages != page_kind::as_placed)
-            ::madvise(a_, bytes, pages == page_kind::huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
+        : kind_(kind), m_(m), n_(n), rows_(partition<double>::rows(m, n)), x_(n), y_(m, 0.0),
+          a_(compared(kind), rows_, pages) {
         for (std::size_t j = 0; j < n; ++j) x_[j] = x_value(j);
         initialise();
     }
-    ~placed_matrix() { release_(a_); }
     placed_matrix(const placed_matrix&) = delete;
     placed_matrix& operator=(const placed_matrix&) = delete;
 
     placement_kind kind() const noexcept { return kind_; }
-    page_kind pages() const noexcept { return pages_; }
+    page_kind pages() const noexcept { return a_.pages(); }
     std::size_t rows() const noexcept { return m_; }
     std::size_t cols() const noexcept { return n_; }
     std::size_t bytes() const noexcept { return m_ * n_ * sizeof(double); }
-    const double* a() const noexcept { return a_; }
+    const double* a() const noexcept { return a_.data(); }
+    /// \returns A as placed (its placement, layout and where()).
+    const placed_array<double>& array() const noexcept { return a_; }
     const double* x() const noexcept { return x_.data(); }
     double* y() noexcept { return y_.data(); }
     /// \returns A's rows partition: its indexes are rows, `where(a(), row_partition())` inspects all m*n elements.
@@ -113,7 +104,7 @@ public:
 
     /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
     void multiply() {
-        const double* a = a_;
+        const double* a = a_.data();
         const double* x = x_.data();
         double* y = y_.data();
         const std::size_t n = n_;
@@ -124,7 +115,7 @@ public:
     /// \returns all of A read in parallel the same way by `read` (a probe::strategies() entry), each
     /// subrange of rows at a time, as the kernel reads them.
     double read_all(double (*read)(const double*, std::size_t) noexcept) const {
-        const double* a = a_;
+        const double* a = a_.data();
         const std::size_t n = n_;
         return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read(a + r.begin() * n, r.size() * n); },
                                [](double p, double q) { return p + q; });
@@ -132,7 +123,7 @@ public:
     /// \returns true if y matches the naive in-order product on a sample of rows.
     bool check() const {
         for (std::size_t i = 0; i < m_; i += (m_ / 64 + 1))
-            if (!dgemv_check(a_, n_, x_.data(), y_.data(), i, i + 1, n_)) return false;
+            if (!dgemv_check(a_.data(), n_, x_.data(), y_.data(), i, i + 1, n_)) return false;
         return true;
     }
 
@@ -142,7 +133,7 @@ public:
     double locality() {
         const auto& topo = topology::get();
         std::vector<int> node_of_row(m_, -1);
-        const double* a = a_;
+        const double* a = a_.data();
         const double* x = x_.data();
         double* y = y_.data();
         const std::size_t n = n_;
@@ -151,7 +142,7 @@ public:
             for (std::size_t i = b; i < e; ++i) node_of_row[i] = node;
             dgemv_rows(a, n, x, y, b, e, n);
         });
-        return numaplace::locality(a_, m_ * n_, [&](std::size_t i) { return node_of_row[i / n]; }).fraction();
+        return numaplace::locality(a, m_ * n_, [&](std::size_t i) { return node_of_row[i / n]; }).fraction();
     }
 
 private:
@@ -171,7 +162,7 @@ private:
     // serial_init fills A from one thread; every other placement fills it with its own loop (for the
     // bound placements the binding, not the toucher, decides).
     void initialise() {
-        double* a = a_;
+        double* a = a_.data();
         const std::size_t n = n_;
         auto fill = [a, n](std::size_t b, std::size_t e) {
             for (std::size_t i = b; i < e; ++i)
@@ -179,23 +170,14 @@ private:
         };
         if (kind_ == placement_kind::serial_init || kind_ == placement_kind::replaced) fill(0, m_);
         else for_rows(fill);
-        if (kind_ == placement_kind::replaced) replace(static_cast<const double*>(a_), rows_, fallback::degrade);
-    }
-
-    // Takes A from a numaplace allocator; the matrix gives it back with the same allocator.
-    template <class Alloc>
-    void take_from(Alloc alloc, std::size_t count) {
-        a_ = alloc.allocate(count);
-        release_ = [alloc, count](double* p) mutable { alloc.deallocate(p, count); };
+        if (kind_ == placement_kind::replaced) replace(static_cast<const double*>(a), rows_, fallback::degrade);
     }
 
     placement_kind kind_;
     std::size_t m_, n_;
     partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
     std::vector<double> x_, y_;
-    page_kind pages_;
-    double* a_ = nullptr;
-    std::function<void(double*)> release_;
+    placed_array<double> a_; // made by compared(kind_): allocation and the serial first touch
 };
 
 } // namespace numaplace::bench

@@ -1,6 +1,9 @@
 // The DGEMV placement demo: c = A*b for every placement of A at 1..all threads, in the seeds' table
-// form (threads, time, speedup) plus GB/s, the fraction of the read-bandwidth limit and the locality
-// where() measures against the threads that compute. Timings here, never inside a guest.
+// form (threads, time, speedup) plus GB/s, the fraction of the read-bandwidth limit, the locality
+// where() measures against the threads that compute, and the seeds' counters over each row's region
+// (numaplace::observation_scope): RMA/LMA (the kernel's node events; needs a PMU), cpu-migrations, and
+// numastat's local/other pages (system-wide); "n/a" where a group was not measured, its reason below the
+// table. Each placement's "init" row is its allocation and initialisation. Timings here, never inside a guest.
 //   dgemv_placement [--size N] [--threads T] [--reps R] [--replace] [--expect-locality] [--help]
 // --replace adds the row "replaced": serial init, then numaplace::replace to the rows partition.
 // Exit status: 0 done (or NUMA placement refused by a sandbox, said in one line), 1 a wrong result or a
@@ -12,7 +15,8 @@
 #include "dgemv_placements.hpp"
 #include "sandbox.hpp"
 
-#include <numaplace/balancing.hpp>
+#include <numaplace/observation_counters.hpp>
+#include <numaplace/observe.hpp>
 
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
@@ -25,6 +29,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -112,6 +117,27 @@ bool parse_count(const char* text, unsigned long long max, unsigned long long& v
 }
 
 int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool with_replace);
+
+/// The seeds' columns of one row: RMA/LMA, cpu-migrations, numastat local/other pages over the row's
+/// region, each "n/a" when its group was not measured (the reason is kept in `reasons`, printed once).
+std::string seeds_columns(const numaplace::counter_set& c, std::map<std::string, std::string>& reasons) {
+    auto cell = [&](const char* value, numaplace::counter_group g, const char* format) {
+        char text[32];
+        if (const auto v = c.get(value)) {
+            std::snprintf(text, sizeof text, format, *v);
+            return std::string(text);
+        }
+        const auto why = c.absent_reason(g);
+        reasons[numaplace::name(g)] = why ? *why : "measured, but this counter was not read";
+        return std::string("n/a");
+    };
+    char row[96];
+    std::snprintf(row, sizeof row, " %8s %8s %9s %9s", cell("rma_lma", numaplace::counter_group::node_access, "%.2f").c_str(),
+                  cell("cpu_migrations", numaplace::counter_group::software, "%.0f").c_str(),
+                  cell("numastat.local_node", numaplace::counter_group::numastat, "%.0f").c_str(),
+                  cell("numastat.other_node", numaplace::counter_group::numastat, "%.0f").c_str());
+    return row;
+}
 } // namespace
 
 int main(int argc, char** argv) {
@@ -179,8 +205,9 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
     if (topo.with_cpus().size() < 2)
         std::printf("one NUMA node: placements cannot differ in speed here; locality shows what a two-socket "
                     "machine would see.\n");
-    std::printf("\n%-14s %7s %10s %8s %8s %9s %9s\n", "placement", "threads", "time (ms)", "speedup", "GB/s",
-                "of limit", "locality");
+    std::printf("\n%-14s %7s %10s %8s %8s %9s %9s %8s %8s %9s %9s\n", "placement", "threads", "time (ms)", "speedup", "GB/s",
+                "of limit", "locality", "rma/lma", "cpu-mig", "ns.local", "ns.other");
+    std::map<std::string, std::string> reasons; // counter group -> why it was not measured
     std::fflush(stdout); // the header survives whatever fails next
 
     std::vector<double> limit(static_cast<std::size_t>(max_threads) + 1, 0.0);
@@ -195,7 +222,12 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
     for (placement_kind kind : order) {
         progress("[%s] allocating and initialising %.2f GB...\r", name(kind),
                      static_cast<double>(n * n * sizeof(double)) / 1e9);
+        numaplace::observation_scope init_scope;
+        const auto init_start = std::chrono::steady_clock::now();
         placed_matrix m(kind, n, n);
+        const double init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - init_start).count();
+        std::printf("%-14s %7s %10.1f %8s %8s %9s %9s%s\n", name(kind), "init", init_s * 1e3, "", "", "", "",
+                    seeds_columns(numaplace::observation_counters(init_scope.stop()), reasons).c_str());
         if (kind == placement_kind::partitioned) {
             // A is placed by partition<double>::rows(n, n): where() checks all n*n elements' pages against
             // the node of their row's block (the rows partition the allocator and the loop share).
@@ -216,7 +248,7 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
             std::printf("%-14s %7s %10s %8s %8s %9s %9.2f\n", "A replaced", "", "", "", "", "", by_rows);
         }
         const double locality_before = m.locality();
-        const auto balancing_before = numaplace::balancing_counters::read();
+        numaplace::observation_scope placement_scope; // the balancing counters over every row of this placement
         double one = 0;
         for (int t = 1; t <= max_threads; ++t) {
             progress("[%s] %d thread(s)...                              \r", name(kind), t);
@@ -224,24 +256,35 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
             m.multiply();
             const bool correct = m.check();
             all_correct = all_correct && correct;
+            numaplace::observation_scope row_scope;
             const double s = best_seconds(reps, [&] { m.multiply(); });
+            const std::string seeds = seeds_columns(numaplace::observation_counters(row_scope.stop()), reasons);
             if (t == 1) one = s;
             const double gbps = static_cast<double>(m.bytes()) / s / 1e9;
             const double local = m.locality();
             if (kind == placement_kind::partitioned) partitioned_min = std::min(partitioned_min, local);
             if (kind == placement_kind::replaced) replaced_min = std::min(replaced_min, local);
             if (kind == placement_kind::serial_init && t == max_threads) serial_at_max = local;
-            std::printf("%-14s %7d %10.1f %8.2f %8.2f %9.2f %9.2f%s\n", name(kind), t, s * 1e3, one / s, gbps,
-                        gbps / limit[static_cast<std::size_t>(t)], local, correct ? "" : "  WRONG RESULT");
+            std::printf("%-14s %7d %10.1f %8.2f %8.2f %9.2f %9.2f%s%s\n", name(kind), t, s * 1e3, one / s, gbps,
+                        gbps / limit[static_cast<std::size_t>(t)], local, seeds.c_str(), correct ? "" : "  WRONG RESULT");
             std::fflush(stdout);
         }
-        const auto bal = numaplace::balancing_counters::read().since(balancing_before);
-        std::printf("%-14s locality %.2f -> %.2f over the runs; kernel: numa_pages_migrated +%llu, numa_hint_faults "
-                    "+%llu (+%llu local)\n", "", locality_before, m.locality(), (unsigned long long)bal.pages_migrated,
-                    (unsigned long long)bal.hint_faults, (unsigned long long)bal.hint_faults_local);
+        const numaplace::counter_set bal = numaplace::observation_counters(placement_scope.stop());
+        auto count = [&bal](const char* c) {
+            const auto v = bal.get(c);
+            return v ? "+" + std::to_string(static_cast<unsigned long long>(*v)) : std::string("n/a");
+        };
+        std::printf("%-14s locality %.2f -> %.2f over the runs; kernel: numa_pages_migrated %s, numa_hint_faults "
+                    "%s (%s local)\n", "", locality_before, m.locality(), count("vmstat.numa_pages_migrated").c_str(),
+                    count("vmstat.numa_hint_faults").c_str(), count("vmstat.numa_hint_faults_local").c_str());
     }
     progress("%60s\r", "");
     std::printf("\nlocality = fraction of A's pages on the node of the thread that computes them.\n"
+                "rma/lma = memory accesses served by other nodes / by the local node (node events); cpu-mig = "
+                "cpu-migrations; ns.local / ns.other = numastat local_node / other_node pages (system-wide), "
+                "each over the row's region.\n");
+    for (const auto& r : reasons) std::printf("n/a (%s): %s\n", r.first.c_str(), r.second.c_str());
+    std::printf(
                 "seeds' two-socket reference (2x Xeon E5-2620 v4, 16 threads): speedup 4.6 with serial init, "
                 "11.2 with parallel init.\n");
     if (expect_locality) {

@@ -27,9 +27,10 @@ namespace {
 const char* const usage_text =
     "usage: numaplace-info [--json] [--help]\n"
     "Prints the NUMA nodes numaplace may use (CPUs, memory total and free), their distances, what the kernel\n"
-    "and sandbox allow (memory binding, page queries, CPU binding), the degradations so far and how oneTBB's\n"
+    "and sandbox allow (memory binding, page queries, CPU binding, which counters observation can read), the\n"
+    "degradations so far and how oneTBB's\n"
     "arenas are pinned.\n"
-    "  --json   the same as one JSON object (nodes, distances, capabilities, degradations, tbb)\n"
+    "  --json   the same as one JSON object (nodes, distances, capabilities, degradations, observation, tbb)\n"
     "  --help   this text\n";
 
 /// Free memory of a node in bytes, from /sys/devices/system/node/node<os>/meminfo; -1 if unreadable or
@@ -189,7 +190,17 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
         os << (first ? "" : ", ") << json_string(m);
         first = false;
     }
-    os << "]},\n";
+    os << "]},\n  \"observation\": {";
+    first = true;
+    for (auto g : {numaplace::counter_group::numastat, numaplace::counter_group::vmstat, numaplace::counter_group::software,
+                   numaplace::counter_group::node_access}) {
+        const numaplace::group_status& st = numaplace::observation_capabilities().status(g);
+        os << (first ? "" : ", ") << '"' << numaplace::name(g) << "\": {\"available\": " << json_bool(st.measured)
+           << ", \"system_wide\": " << json_bool(st.system_wide) << ", \"errno\": " << st.error
+           << ", \"reason\": " << json_string(st.reason) << '}';
+        first = false;
+    }
+    os << "},\n";
     if (caps.memory_attributes) { // the memory tiers of each node with CPUs (tiers.hpp), as the text shows them
         os << "  \"memory_tiers\": [";
         first = true;

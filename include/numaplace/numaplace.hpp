@@ -12,6 +12,8 @@
 #include "diagnostics.hpp"
 #include "error.hpp"
 #include "memory.hpp"
+#include "observation.hpp"
+#include "observe.hpp"
 #include "parallel_for.hpp"
 #include "partition.hpp"
 #include "place.hpp"

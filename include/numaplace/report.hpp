@@ -6,6 +6,7 @@
 /// capability and every degradation so far.
 
 #include "diagnostics.hpp"
+#include "observe.hpp"
 #include "tiers.hpp"
 #include "topology.hpp"
 
@@ -14,7 +15,7 @@
 namespace numaplace {
 
 /// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
-/// degradations spelled out.
+/// degradations spelled out, and which groups of observation (observe.hpp) work here and why not.
 inline void print_report(std::ostream& os, const topology& topo = topology::get()) {
     const auto& caps = topo.capabilities();
     os << "nodes: " << topo.size() << " usable";
@@ -91,6 +92,14 @@ inline void print_report(std::ostream& os, const topology& topo = topology::get(
         }
     os << "\nkernel.numa_balancing:       " << caps.numa_balancing
        << (caps.numa_balancing > 0 ? " (the kernel may migrate pages after placement)" : "");
+    for (counter_group g : {counter_group::numastat, counter_group::vmstat, counter_group::software, counter_group::node_access}) {
+        const group_status& st = observation_capabilities().status(g); // this machine's, whatever the topology
+        std::string label = std::string("\nobservation ") + name(g) + ":";
+        label.resize(30, ' ');
+        os << label;
+        if (st.measured) os << "yes (" << (st.system_wide ? "system-wide" : "this process") << (st.reason.empty() ? "" : ": " + st.reason) << ')';
+        else os << "NO (" << st.reason << ')';
+    }
     os << "\ndegradations so far:         " << degradation_count() << '\n';
     for (const auto& m : degradations()) os << "  - " << m << '\n';
 }

@@ -20,18 +20,24 @@ namespace numaplace_test {
 /// Installs the filter on the calling thread (and the threads it creates later, and the programs it
 /// execs); with `all_threads`, on every thread of the process at once (SECCOMP_FILTER_FLAG_TSYNC), as
 /// a sandbox applied after start-up would. \returns false with errno set if it could not.
-inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_threads = false) {
+inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_threads = false);
+
+/// The same, the calls failing with `error` (ENOSYS: as under a profile that does not know them).
+inline bool deny_syscalls_with(const std::vector<long>& numbers, int error, bool all_threads = false) {
     std::vector<sock_filter> prog;
     prog.push_back(BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))));
     for (long nr : numbers) {
         prog.push_back(BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(nr), 0, 1));
-        prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)));
+        prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(error) & SECCOMP_RET_DATA)));
     }
     prog.push_back(BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW));
     sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
     if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
     if (all_threads) return syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fprog) == 0;
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
+}
+inline bool deny_syscalls_with_eperm(const std::vector<long>& numbers, bool all_threads) {
+    return deny_syscalls_with(numbers, EPERM, all_threads);
 }
 
 /// Installs a filter on the calling thread under which `mbind` fails with EINVAL whenever its mode

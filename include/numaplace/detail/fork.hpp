@@ -34,6 +34,7 @@ namespace detail {
 enum class fork_stage : unsigned {
     arenas,          ///< arenas.hpp: no lock (the child's arenas made before the fork are not its own)
     background_release, ///< detail/background_release.hpp: no lock (the child has no background thread)
+    observation,     ///< observe.hpp: making the capability probe (child: scopes started before the fork are the parent's)
     thread_caches,   ///< detail/heap/thread_cache.hpp: the count of live caches (no lock; the child has one thread)
     node_pools,      ///< pmr.hpp: making the node pools (makes the topology, the heaps)
     heap_registry,   ///< detail/heap/registry.hpp: making the heaps
