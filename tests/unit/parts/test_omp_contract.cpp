@@ -138,3 +138,55 @@ TEST(omp_contract, team_sizes_out_of_range_are_refused_before_a_region_opens) {
     static_assert(std::is_base_of<std::invalid_argument, invalid_placement>::value, "");
     for (int threads : {1, 2}) EXPECT_EQ(omp::team::current(threads).size(), threads) << threads;
 }
+
+// More threads than places (README, docs/omp.md): the team is accepted exactly when the runtime's
+// placement keeps nodes ascending with the thread numbers, and refused naming the first thread that
+// goes back. GCC's libgomp puts T / P consecutive threads on each place, then the last T % P threads one
+// per place from the first place: accepted when P divides T (8 threads on 4 cores), refused on two or
+// more nodes otherwise. In the host's one node everything is accepted; the 2- and 4-node guests refuse.
+TEST(omp_contract, more_threads_than_places_are_accepted_exactly_when_their_nodes_ascend) {
+    if (!in_child) {
+        EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_OMP_CONTRACT_CHILD",
+                                                     {{"OMP_PROC_BIND", "close"}, {"OMP_PLACES", "threads"}}),
+                  0);
+        return;
+    }
+    const numaplace::topology& topo = numaplace::topology::get();
+    const int places = omp_get_num_places();
+    ASSERT_GE(places, 1);
+    for (int threads : {places, places + 1, 2 * places - 1, 2 * places, 2 * places + 1, 3 * places}) {
+        SCOPED_TRACE(std::to_string(threads) + " threads on " + std::to_string(places) + " places");
+        std::vector<int> place(static_cast<std::size_t>(threads), -1);
+        // twice: libgomp may place the threads a region adds to its pool otherwise the first time (a team
+        // of 4 on 2 places right after one of 3: places 0 0 1 0, then 0 0 1 1; docs/omp.md)
+        for (int run = 0; run < 2; ++run) {
+#pragma omp parallel num_threads(threads)
+            place[static_cast<std::size_t>(omp_get_thread_num())] = omp_get_place_num();
+        }
+        int back = -1; // the first thread on a node before its predecessor's
+        std::vector<int> node(place.size(), -1);
+        for (std::size_t t = 0; t < place.size(); ++t) {
+            ASSERT_GE(place[t], 0);
+            int cpu = -1;
+            omp_get_place_proc_ids(place[t], &cpu); // OMP_PLACES=threads: one CPU per place
+            node[t] = topo.node_of_cpu(static_cast<unsigned>(cpu));
+            if (t > 0 && back < 0 && node[t] < node[t - 1]) back = static_cast<int>(t);
+        }
+#if defined(__GNUC__) && !defined(__clang__) // libgomp: T / P per place in order, then the rest round robin
+        const int each = threads / places;
+        for (int t = 0; t < threads; ++t)
+            EXPECT_EQ(place[static_cast<std::size_t>(t)], t < each * places ? t / each : t - each * places) << "thread " << t;
+        if (threads % places == 0) EXPECT_EQ(back, -1);
+        if (threads % places != 0 && topo.with_cpus().size() > 1) EXPECT_EQ(back, each * places);
+#endif
+        try {
+            const omp::team tm = omp::team::current(threads);
+            EXPECT_EQ(back, -1) << "accepted, but thread " << back << " runs on a node before its predecessor's";
+            EXPECT_EQ(tm.size(), threads);
+            for (int t = 0; t < threads; ++t) EXPECT_EQ(tm.node_of(t), node[static_cast<std::size_t>(t)]) << "thread " << t;
+        } catch (const omp::unbound_team& e) {
+            EXPECT_EQ(e.thread(), back) << e.what();
+            EXPECT_NE(std::string(e.what()).find("after thread " + std::to_string(back - 1)), std::string::npos) << e.what();
+        }
+    }
+}
