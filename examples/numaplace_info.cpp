@@ -201,29 +201,24 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
         first = false;
     }
     os << "},\n";
-    if (caps.memory_attributes) { // the memory tiers of each node with CPUs (tiers.hpp), as the text shows them
+    if (caps.memory_attributes) { // each node with CPUs: every node's bandwidth and latency from it, as the text (report.hpp's tier_table)
         os << "  \"memory_tiers\": [";
         first = true;
         for (const auto& from : topo.nodes()) {
             if (!from.has_cpus()) continue;
-            const auto bw = numaplace::memory_tiers::of(from.id, numaplace::memory_attribute::bandwidth, topo);
-            const auto lat = numaplace::memory_tiers::of(from.id, numaplace::memory_attribute::latency, topo);
-            os << (first ? "\n" : ",\n") << "    {\"initiator\": " << from.id << ", \"tiers\": [";
-            bool first_tier = true;
-            for (const auto& t : bw.tiers()) {
-                os << (first_tier ? "" : ", ") << "{\"nodes\": " << json_numbers(std::vector<int>(t.nodes.begin(), t.nodes.end()))
-                   << ", \"bandwidth\": " << t.value << ", \"latency\": ";
-                bool found = false;
-                for (const auto& l : lat.tiers())
-                    if (!found && l.nodes.contains(t.nodes[0])) {
-                        os << l.value;
-                        found = true;
-                    }
-                if (!found) os << "null";
-                os << '}';
-                first_tier = false;
+            const numaplace::memory_tier_table table =
+                numaplace::tier_table(numaplace::memory_tiers::of(from.id, numaplace::memory_attribute::bandwidth, topo),
+                                      numaplace::memory_tiers::of(from.id, numaplace::memory_attribute::latency, topo));
+            const auto number = [](const auto& v) { return v ? std::to_string(*v) : std::string("null"); };
+            os << (first ? "\n" : ",\n") << "    {\"initiator\": " << from.id << ", \"ranked_by\": "
+               << (!table.ranked_by ? "null" : *table.ranked_by == numaplace::memory_attribute::bandwidth ? "\"bandwidth\"" : "\"latency\"") << ", \"tiers\": [";
+            bool first_row = true;
+            for (const auto& row : table.rows) {
+                os << (first_row ? "" : ", ") << "{\"nodes\": " << json_numbers(row.nodes.ids()) << ", \"rank\": " << number(row.rank)
+                   << ", \"bandwidth\": " << number(row.bandwidth) << ", \"latency\": " << number(row.latency) << '}';
+                first_row = false;
             }
-            os << "], \"unknown\": " << json_numbers(std::vector<int>(bw.unknown().begin(), bw.unknown().end())) << '}';
+            os << "], \"unknown\": " << json_numbers(table.unknown.ids()) << '}';
             first = false;
         }
         os << "\n  ],\n";

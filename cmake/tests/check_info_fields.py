@@ -32,7 +32,8 @@ TEXT_TO_JSON = {
     "transparent huge pages": ["capabilities.transparent_huge_pages"],
     "kernel.numa_balancing": ["capabilities.numa_balancing"],
     "memory attributes (HMAT)": ["capabilities.memory_attributes"],
-    "memory tiers from node N": ["memory_tiers[].initiator", "memory_tiers[].tiers[].nodes",
+    "memory tiers from node N": ["memory_tiers[].initiator", "memory_tiers[].ranked_by", "memory_tiers[].tiers[].nodes",
+                                 "memory_tiers[].tiers", "memory_tiers[].tiers[].rank",
                                  "memory_tiers[].tiers[].bandwidth", "memory_tiers[].tiers[].latency",
                                  "memory_tiers[].unknown"],
     "degradations so far": ["degradations.count", "degradations.messages"],
@@ -101,7 +102,7 @@ def main():
     for label in labels & TEXT_TO_JSON.keys():
         for key in TEXT_TO_JSON[label]:
             mapped.add(key)
-            if key not in keys:
+            if key not in keys and not any(k.startswith(key + "[].") for k in keys):  # a list empty here, of objects there
                 problems.append(f"text field {label!r} is missing from --json: no key {key!r}")
     for key in sorted(keys - mapped):
         problems.append(f"JSON key {key!r} is not shown by the text report (or not in this table)")

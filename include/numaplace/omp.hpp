@@ -26,6 +26,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
+#include <cstdio>
 #include <cstddef>
 #include <exception>
 #include <memory>
@@ -53,17 +55,49 @@ private:
     int thread_;
 };
 
-/// The node of each thread of an OpenMP team (thread numbers as omp_get_thread_num gives them).
+namespace detail {
+// The most threads the kernel lets the whole system have (kernel.threads-max); INT_MAX if unreadable.
+inline int kernel_threads_max() noexcept {
+    long v = 0;
+    if (std::FILE* f = std::fopen("/proc/sys/kernel/threads-max", "r")) {
+        if (std::fscanf(f, "%ld", &v) != 1) v = 0;
+        std::fclose(f);
+    }
+    return v > 0 && v < INT_MAX ? static_cast<int>(v) : INT_MAX;
+}
+} // namespace detail
+
+/// The node of each thread of an OpenMP team (thread numbers as omp_get_thread_num gives them). A
+/// default-constructed or moved-from team is empty: no threads, no nodes; partitions and loops refuse it.
 class team {
 public:
+    team() = default;
+    team(const team&) = default;
+    team& operator=(const team&) = default;
+    /// \effects takes `other`'s threads; `other` is left empty (as a default-constructed team).
+    team(team&& other) noexcept { swap(other); }
+    /// \effects takes `other`'s threads; `other` is left empty (as a default-constructed team).
+    team& operator=(team&& other) noexcept {
+        if (this != &other) {
+            team().swap(*this);
+            swap(other);
+        }
+        return *this;
+    }
+
     /// \returns the team `#pragma omp parallel num_threads(threads)` makes here (it may make fewer:
     /// OMP_THREAD_LIMIT, OMP_DYNAMIC, a nested region), each thread's node read from its CPU affinity
     /// inside that team. On a host with one node every team is on it.
-    /// \throws std::invalid_argument (threads < 1); unbound_team (a thread may run on CPUs of two nodes,
-    /// as every thread of a team without OMP_PROC_BIND can; or the nodes are not in thread order);
-    /// std::system_error (a thread's affinity cannot be read).
+    /// \throws invalid_placement (an std::invalid_argument) when `threads` < 1, or above
+    /// `omp_get_thread_limit()` or the kernel's kernel.threads-max (a team no runtime can make: libgomp
+    /// would end the process); unbound_team (a thread may run on CPUs of two nodes, as every thread of a
+    /// team without OMP_PROC_BIND can; or the nodes are not in thread order); std::system_error (a
+    /// thread's affinity cannot be read).
     static team current(int threads = omp_get_max_threads()) {
-        if (threads < 1) throw std::invalid_argument("omp::team: a team of " + std::to_string(threads) + " threads");
+        const int most = std::min(omp_get_thread_limit(), detail::kernel_threads_max());
+        if (threads < 1 || threads > most)
+            numaplace::detail::throw_invalid("omp::team: a team of " + std::to_string(threads) + " threads (from 1 to " +
+                                             std::to_string(most) + ": OMP_THREAD_LIMIT and kernel.threads-max)");
         const topology& topo = topology::get();
         std::vector<int> node(static_cast<std::size_t>(threads), -1), error(static_cast<std::size_t>(threads), 0);
         int made = 0;
@@ -74,7 +108,7 @@ public:
             const auto t = static_cast<std::size_t>(omp_get_thread_num());
             if (t == 0) made = omp_get_num_threads();
             cpu_set_t set;
-            error[t] = detail::os_thread_affinity(set);
+            error[t] = numaplace::detail::os_thread_affinity(set);
             if (error[t] == 0) node[t] = topo.node_of_cpus(set);
             NUMAPLACE_HANDOVER_RELEASE();
         }
@@ -98,32 +132,49 @@ public:
         return result;
     }
 
-    /// \returns the number of threads.
+    /// \returns the number of threads (0: an empty team).
     int size() const noexcept { return static_cast<int>(node_.size()); }
-    /// \returns the node of thread `t` (< size()).
-    int node_of(int t) const { return node_.at(static_cast<std::size_t>(t)); }
+    /// \returns the node of thread `t`. \throws invalid_placement unless 0 <= t < size().
+    int node_of(int t) const {
+        if (t < 0 || t >= size())
+            numaplace::detail::throw_invalid("omp::team::node_of: thread " + std::to_string(t) + " of a team of " +
+                                             std::to_string(size()) + " threads");
+        return node_[static_cast<std::size_t>(t)];
+    }
     /// \returns the nodes that have threads, ascending.
     const node_set& nodes() const noexcept { return nodes_; }
-    /// \returns how many threads run on `node`.
+    /// \returns how many threads run on `node` (0 for any id that is no node of the team).
     std::size_t threads_on(int node) const noexcept {
         return static_cast<std::size_t>(std::count(node_.begin(), node_.end(), node));
     }
 
 private:
+    void swap(team& other) noexcept {
+        node_.swap(other.node_);
+        std::swap(nodes_, other.nodes_);
+    }
+
     std::vector<int> node_; // per thread
     node_set nodes_;
 };
 
 /// \returns how many of `n` iterations `schedule(static)` (no chunk size) gives thread `t` of `threads`:
 /// n / threads, one more for the first n % threads threads (libgomp and LLVM's libomp both do so).
-inline std::size_t static_share(std::size_t n, std::size_t threads, std::size_t t) noexcept {
+/// \throws invalid_placement when `threads` is 0 or `t` >= `threads` (no such thread).
+inline std::size_t static_share(std::size_t n, std::size_t threads, std::size_t t) {
+    if (t >= threads) // threads == 0 too
+        numaplace::detail::throw_invalid("omp::static_share: thread " + std::to_string(t) + " of a team of " +
+                                         std::to_string(threads) + " threads");
     return n / threads + (t < n % threads ? 1 : 0);
 }
 
 namespace detail {
 // The weights of tm's nodes for n iterations under schedule(static): each node's threads' iterations,
 // divided by their gcd (the same layout for every n with the same proportions: layouts are interned).
-inline std::vector<std::size_t> static_weights(std::size_t n, const team& tm) {
+// \throws invalid_placement for an empty team, naming `who`.
+inline std::vector<std::size_t> static_weights(std::size_t n, const team& tm, const char* who) {
+    if (tm.size() == 0)
+        numaplace::detail::throw_invalid(std::string(who) + ": an empty team (default-constructed or moved-from)");
     const node_set& nodes = tm.nodes();
     std::vector<std::size_t> weights(nodes.size(), 0);
     const auto threads = static_cast<std::size_t>(tm.size());
@@ -143,19 +194,21 @@ inline std::vector<std::size_t> static_weights(std::size_t n, const team& tm) {
 /// its nodes holds the iterations of that node's threads, its edges aligned as every partition's (an
 /// edge moves by less than an edge step: a page's elements, or a huge page's where the edges are
 /// huge-page aligned, as `edge_alignment::automatic` makes them for large blocks with THP on).
-/// \throws invalid_placement (see partition).
+/// \throws invalid_placement for an empty team (default-constructed or moved-from), or when `n` elements
+/// of T overflow the bytes (partition<T>'s constructor).
 template <class T>
 partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
-    return partition<T>(n, tm.nodes(), detail::static_weights(n, tm));
+    return partition<T>(n, tm.nodes(), detail::static_weights(n, tm, "omp::static_partition"));
 }
 
 /// \returns the partition of an `m` × `row_length` row-major matrix of T in whole rows that a
 /// `schedule(static)` loop over its `m` rows gives `tm` (a DGEMV's `for (i = 0; i < m; ++i)`): node k's
 /// block holds the rows of its threads, each block edge on a page boundary (partition<T>::rows).
-/// \throws invalid_placement (see partition).
+/// \throws invalid_placement for an empty team (default-constructed or moved-from), a `row_length` of 0,
+/// or rows whose bytes overflow (partition<T>::rows).
 template <class T>
 partition<T> static_rows(std::size_t m, std::size_t row_length, const team& tm = team::current()) {
-    return partition<T>::rows(m, row_length, tm.nodes(), detail::static_weights(m, tm));
+    return partition<T>::rows(m, row_length, tm.nodes(), detail::static_weights(m, tm, "omp::static_rows"));
 }
 
 namespace detail {
@@ -177,11 +230,14 @@ struct alignas(64) block_cursor {
 /// finishes after the region what no thread on a block's node claimed (off node), and one degradation
 /// per call is recorded (`degradations()`) naming the first such thread, the node it is on and the
 /// team's. Every index still runs exactly once.
-/// \throws invalid_placement before running anything when a non-empty block's node has no thread in
-/// `tm`; the first exception `body` throws (the other threads stop claiming chunks). A thread off its
+/// \throws invalid_placement before running anything when `tm` is empty (default-constructed or
+/// moved-from: even for an empty partition) or a non-empty block's node has no thread in `tm`; the first
+/// exception `body` throws (the other threads stop claiming chunks). A thread off its
 /// node is recorded, never thrown.
 template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
+    if (tm.size() == 0)
+        numaplace::detail::throw_invalid("omp::parallel_for: an empty team (default-constructed or moved-from)");
     const std::vector<block>& blocks = part.untyped().blocks();
     for (const block& b : blocks)
         if (!b.empty() && tm.threads_on(b.node) == 0)

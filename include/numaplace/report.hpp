@@ -10,9 +10,120 @@
 #include "tiers.hpp"
 #include "topology.hpp"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <ostream>
+#include <utility>
+#include <vector>
 
 namespace numaplace {
+
+/// Nodes that one initiator reaches with the same bandwidth and the same latency (either may be unknown).
+struct memory_tier_row {
+    node_set nodes;
+    std::optional<std::uint64_t> bandwidth; ///< MiB/s, as `memory_tiers::value_of` gives it
+    std::optional<std::uint64_t> latency;   ///< ns, as `memory_tiers::value_of` gives it
+    std::optional<std::size_t> rank;        ///< index of its tier by `ranked_by`; none: no value of it
+};
+
+/// What `numaplace-info` shows of one initiator's tiers: every node with its own bandwidth and latency.
+struct memory_tier_table {
+    int initiator = -1;
+    std::optional<memory_attribute> ranked_by; ///< bandwidth if any node has one, else latency if any, else none
+    std::vector<memory_tier_row> rows;         ///< by rank (best first), then by the other attribute (best first, unknown last)
+    node_set unknown;                          ///< nodes with neither value
+};
+
+namespace detail {
+// Every node of `t`, with a value or unknown.
+inline node_set nodes_of(const memory_tiers& t) {
+    std::vector<int> ids(t.unknown().begin(), t.unknown().end());
+    for (const auto& tier : t.tiers()) ids.insert(ids.end(), tier.nodes.begin(), tier.nodes.end());
+    return node_set(std::move(ids));
+}
+} // namespace detail
+
+/// \returns the table of `bandwidth` and `latency` (the tiers of one initiator by bandwidth and by
+/// latency): the tiers of `ranked_by`, each split into rows of equal other value; then, without a rank,
+/// the nodes that have only the other value; then the nodes with neither in `unknown`.
+/// \throws invalid_placement unless `bandwidth` is by bandwidth and `latency` by latency, of one initiator.
+inline memory_tier_table tier_table(const memory_tiers& bandwidth, const memory_tiers& latency) {
+    if (bandwidth.attribute() != memory_attribute::bandwidth || latency.attribute() != memory_attribute::latency ||
+        bandwidth.initiator() != latency.initiator() || detail::nodes_of(bandwidth) != detail::nodes_of(latency))
+        detail::throw_invalid("tier_table: wants the tiers of one initiator over the same nodes, by bandwidth then by latency");
+    memory_tier_table table;
+    table.initiator = bandwidth.initiator();
+    const bool by_bandwidth = bandwidth.known();
+    if (by_bandwidth || latency.known()) table.ranked_by = by_bandwidth ? memory_attribute::bandwidth : memory_attribute::latency;
+    const memory_tiers& first = by_bandwidth ? bandwidth : latency;
+    const memory_tiers& second = by_bandwidth ? latency : bandwidth;
+    // rows of `ids` (node order) by the second value: best first, unknown last, each value once
+    const auto add_rows = [&](const std::vector<int>& ids, std::optional<std::size_t> rank) {
+        std::vector<std::pair<std::optional<std::uint64_t>, int>> by;
+        for (int id : ids) by.emplace_back(second.value_of(id), id);
+        const bool higher = higher_is_better(second.attribute());
+        std::stable_sort(by.begin(), by.end(), [higher](const auto& a, const auto& b) {
+            if (a.first.has_value() != b.first.has_value()) return a.first.has_value();
+            return a.first && (higher ? *a.first > *b.first : *a.first < *b.first);
+        });
+        for (std::size_t i = 0; i < by.size();) {
+            std::vector<int> row;
+            std::size_t j = i;
+            for (; j < by.size() && by[j].first == by[i].first; ++j) row.push_back(by[j].second);
+            const std::optional<std::uint64_t> own = rank ? std::optional<std::uint64_t>(first.tiers()[*rank].value) : std::nullopt;
+            table.rows.push_back(memory_tier_row{node_set(row), by_bandwidth ? own : by[i].first, by_bandwidth ? by[i].first : own, rank});
+            i = j;
+        }
+    };
+    if (table.ranked_by)
+        for (std::size_t r = 0; r < first.tiers().size(); ++r) add_rows(first.tiers()[r].nodes.ids(), r);
+    std::vector<int> other_only, neither;
+    for (int id : first.unknown()) (second.value_of(id) ? other_only : neither).push_back(id);
+    add_rows(other_only, std::nullopt);
+    table.unknown = node_set(neither);
+    return table;
+}
+
+/// \effects prints `table` on one line: rows of one rank joined by ", ", ranks by " > ", then "; no
+/// bandwidth: " (or latency) and the rows without a rank, "; unknown:" and the nodes with neither value;
+/// a row as "nodes 1 3 (51200 MiB/s, 150 ns)", "bandwidth unknown" or "latency unknown" for a missing
+/// value; "none" when no node has a value.
+inline void print_tier_table(std::ostream& os, const memory_tier_table& table) {
+    const auto print_row = [&os](const memory_tier_row& row) {
+        os << "nodes";
+        for (int id : row.nodes) os << ' ' << id;
+        os << " (";
+        if (row.bandwidth) os << *row.bandwidth << " MiB/s"; else os << "bandwidth unknown";
+        os << ", ";
+        if (row.latency) os << *row.latency << " ns"; else os << "latency unknown";
+        os << ')';
+    };
+    const char* sep = "";
+    std::size_t i = 0;
+    for (; i < table.rows.size() && table.rows[i].rank; ++i) {
+        os << (i == 0 ? "" : *table.rows[i].rank == *table.rows[i - 1].rank ? ", " : " > ");
+        print_row(table.rows[i]);
+        sep = "; ";
+    }
+    if (i < table.rows.size()) {
+        os << sep << "no " << (table.ranked_by == memory_attribute::latency ? "latency" : "bandwidth") << ": ";
+        for (std::size_t k = i; k < table.rows.size(); ++k) {
+            os << (k == i ? "" : ", ");
+            print_row(table.rows[k]);
+        }
+        sep = "; ";
+    }
+    if (table.rows.empty()) {
+        os << "none";
+        sep = "; ";
+    }
+    if (!table.unknown.empty()) {
+        os << sep << "unknown:";
+        for (int id : table.unknown) os << ' ' << id;
+    }
+}
 
 /// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
 /// degradations spelled out, and which groups of observation (observe.hpp) work here and why not.
@@ -72,23 +183,9 @@ inline void print_report(std::ostream& os, const topology& topo = topology::get(
     if (caps.memory_attributes)
         for (const auto& from : topo.nodes()) {
             if (!from.has_cpus()) continue;
-            os << "\nmemory tiers from node " << from.id << ":";
-            const memory_tiers bw = memory_tiers::of(from.id, memory_attribute::bandwidth, topo);
-            const memory_tiers lat = memory_tiers::of(from.id, memory_attribute::latency, topo);
-            const char* sep = " ";
-            for (const auto& t : bw.tiers()) {
-                os << sep << "nodes";
-                for (int id : t.nodes) os << ' ' << id;
-                os << " (" << t.value << " MiB/s";
-                for (const auto& l : lat.tiers())
-                    if (l.nodes.contains(t.nodes[0])) os << ", " << l.value << " ns";
-                os << ')';
-                sep = " > ";
-            }
-            if (!bw.unknown().empty()) {
-                os << "; unknown:";
-                for (int id : bw.unknown()) os << ' ' << id;
-            }
+            os << "\nmemory tiers from node " << from.id << ": ";
+            print_tier_table(os, tier_table(memory_tiers::of(from.id, memory_attribute::bandwidth, topo),
+                                            memory_tiers::of(from.id, memory_attribute::latency, topo)));
         }
     os << "\nkernel.numa_balancing:       " << caps.numa_balancing
        << (caps.numa_balancing > 0 ? " (the kernel may migrate pages after placement)" : "");

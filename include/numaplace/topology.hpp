@@ -157,8 +157,10 @@ public:
     /// \returns `attr` of node `target`'s memory seen from the CPUs of node `initiator` (MiB/s, ns), or
     /// nothing when the firmware gives none: no HMAT, or (Linux) not this pair, since the kernel exposes
     /// only each node's best initiators. Never guessed (distances are another thing: `distance`).
-    /// \throws unknown_node (either id); invalid_placement when `initiator` has no CPUs.
+    /// \throws invalid_placement when `attr` is none of the enumerators (checked first); unknown_node
+    /// (either id); invalid_placement when `initiator` has no CPUs.
     std::optional<std::uint64_t> memory_attribute_value(memory_attribute attr, int target, int initiator) const {
+        detail::check_attribute(attr, "memory_attribute_value");
         check(target);
         check(initiator);
         if (!nodes_[static_cast<std::size_t>(initiator)].has_cpus())
