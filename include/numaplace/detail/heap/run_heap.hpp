@@ -143,10 +143,18 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         maintain(clock());
     }
-    /// \effects gives every free page back to the kernel and unmaps every empty region. Never allocates.
+    /// \effects gives every free page back to the kernel and unmaps every empty region: the dirty runs,
+    /// and the clean ones below their region's reach (a huge page faulted in over a neighbouring block, or
+    /// a split's estimate, may have left resident pages in a run counted clean). Never allocates.
     void release_all() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
         purge_where([](const run_meta*) { return true; });
+        const std::size_t page = page_size();
+        for_each_free(0, [page](run_meta* m) {
+            run_region* r = run_region_of(m);
+            const auto i = static_cast<std::size_t>(m - r->meta());
+            if (const std::size_t n = touched_pages(r, i, m->len)) os_advise(r->page_at(i), n * page, page_advice::dont_need);
+        });
         for (std::size_t k = regions_.size(); k-- > 0;)
             if (regions_[k]->used == 0) unmap_region(regions_[k]);
     }
@@ -405,13 +413,15 @@ private:
         n = count;
         return true;
     }
-    // Calls f on every dirty free run; f may make the run clean (the next is taken first; free runs
-    // are never neighbours, so f never touches the next).
+    // Calls f on every free run of `set` (0 clean, 1 dirty); f may make a dirty run clean (the next is
+    // taken first; free runs are never neighbours, so f never touches the next).
     template <class F>
-    void for_each_dirty(F f) noexcept {
+    void for_each_dirty(F f) noexcept { for_each_free(1, f); }
+    template <class F>
+    void for_each_free(std::size_t set, F f) noexcept {
         for (std::size_t w = 0; w < words; ++w)
-            for (std::uint64_t bits = bins_used_[1][w]; bits; bits &= bits - 1)
-                for (run_meta* m = bin_[1][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))]; m;) {
+            for (std::uint64_t bits = bins_used_[set][w]; bits; bits &= bits - 1)
+                for (run_meta* m = bin_[set][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))]; m;) {
                     run_meta* next = m->next;
                     f(m);
                     m = next;
