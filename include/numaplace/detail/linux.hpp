@@ -3,7 +3,7 @@
 
 /// \file
 /// The platform layer: every system call numaplace makes (mmap, munmap, madvise, mincore, mbind,
-/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate) is a named function
+/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate, membarrier) is a named function
 /// here, called directly (no libnuma), plus small /proc and /sys readers. Each returns 0 or the errno
 /// and never throws: the layers above decide what a refusal means. Nothing else in include/ calls the
 /// kernel (tests/header_deps checks it by grep); hwloc calls live in topology.hpp and arenas.hpp.
@@ -409,8 +409,7 @@ inline std::int64_t os_now_ms() noexcept {
     return seconds * 1000 + nanoseconds / 1000000;
 }
 
-/// \effects every running thread of this process executes a full memory barrier (membarrier PRIVATE_EXPEDITED,
-/// the process registered on first need, a forked child again). \returns false where it is refused.
+/// \effects every running thread of the process runs a full barrier (membarrier, registered on need). \returns false: refused.
 inline bool os_barrier_all_threads() noexcept {
     const auto call = [](int command) { return ::syscall(SYS_membarrier, command, 0u, 0) == 0; }; // 8: expedited, 16: register
     return call(8) || (errno == EPERM && call(16) && call(8));
