@@ -75,7 +75,7 @@ public:
     }
     /// \returns a block from this thread's list of `slot` of heap `heap`, or nullptr (fast path, inlined
     /// into the allocators).
-    void* try_pop(std::size_t heap, std::size_t slot) noexcept {
+    NUMAPLACE_ALWAYS_INLINE void* try_pop(std::size_t heap, std::size_t slot) noexcept {
         if (NUMAPLACE_UNLIKELY(--ticks_ == 0)) return nullptr; // allocate() runs the decay's tick
         auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(nullptr);
@@ -89,7 +89,7 @@ public:
         return end(b);
     }
     /// \returns true if `p` went on this thread's list without going over a bound (fast path, inlined).
-    bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
+    NUMAPLACE_ALWAYS_INLINE bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
         auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(false);
         if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return end(try_push_run(ls, heap, slot, p));
