@@ -94,7 +94,7 @@ void churn(std::size_t rounds = 1) {
         for (int node : topology::get().all()) {
             node_allocator<char> a(node);
             for (std::size_t size : sizes)
-                for (int i = 0; i < (size <= 4096 ? 64 : 2); ++i) {
+                for (int i = 0; i < (size > 4096 ? 2 : reduced ? 16 : 64); ++i) {
                     char* p = a.allocate(size);
                     std::memset(p, 1, std::min<std::size_t>(size, 4 * kib)); // resident: the first and last page
                     p[size - 1] = 1;
@@ -355,7 +355,7 @@ TEST(heap, fork_after_a_release_and_during_releases_leaves_the_child_its_own_cac
             while (!stop.load()) release_cached_memory();
         });
         int failed = 0;
-        for (int i = 0; i < (reduced ? 4 : 40) && failed == 0; ++i) {
+        for (int i = 0; i < (reduced ? 2 : 40) && failed == 0; ++i) {
             h.run([](std::size_t) { churn(); }); // caches full again for the releaser
             failed = numaplace_test::run_child([&] { return child(false); }, 60);
         }
