@@ -51,7 +51,8 @@ public:
             owner_.end();
             list* made = new list[heap_slots]();
             lists = owner_.begin_slow();
-            lists[heap] = made;
+            if (lists[heap] == nullptr) lists[heap] = made; // else an allocation inside new made it
+            else delete[] made;
         }
         list& l = static_cast<list*>(lists[heap])[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
