@@ -36,14 +36,24 @@
 
 namespace numaplace {
 
-/// \effects gives the memory that freed `node_allocator` and `node_pool` blocks keep for reuse back to the
-/// kernel now, on every node: this thread's cached blocks go back to their heaps, then every heap gives
-/// back its free pages (free runs, empty spans and regions, cached large blocks), and the freed own
-/// mappings of the other placements are unmapped. Other threads' caches
-/// stay (at most 4 MiB each). Freed memory also goes back by itself once unused for a second, or beyond
-/// the recent peak in use. For phase changes: after freeing a working set that will not come back.
+/// \effects gives back to the kernel now, on every node, every byte that freed `node_allocator`,
+/// `node_pool` and pooled small blocks keep for reuse, and unmaps the freed own mappings of the other
+/// placements. In order: the calling thread's cached blocks and then every other live thread's go back to
+/// their heaps (another thread's cache while that thread is outside every operation on it: see
+/// docs/heap.md); then every heap returns its parked blocks (transfer lists, remote stacks) to their
+/// spans, unmaps its empty spans (spares and the empty-span cache), gives back the pages of every free
+/// page run (MADV_DONTNEED; clean runs too, where a huge page or a split may have made them resident) and
+/// unmaps its empty regions and cached large blocks. Afterwards the heaps keep resident only pages that
+/// hold live blocks or the heaps' own metadata: span headers, and region headers where runs begin and end
+/// (a 64 MiB region's header is 1/128 of it). Blocks other threads free or cache after the call are theirs
+/// again. A thread that stays inside an operation on its cache for 100 ms (preempted, or waiting for a
+/// heap's lock), or every other thread where the kernel refuses `membarrier` (a seccomp filter), gives its
+/// cached blocks back itself at its next allocation or free (at most 4 MiB each until then). Costs
+/// a `membarrier` system call and a flush per live thread cache: for phase changes, after freeing a
+/// working set that will not come back, not for a loop. Freed memory also goes back by itself once unused
+/// for a second, or beyond the recent peak in use.
 inline void release_cached_memory() noexcept {
-    if (detail::thread_cache* tc = detail::thread_cache::current()) tc->flush_all();
+    detail::thread_cache::flush_every_thread();
     detail::heap_registry::release_free();
     if (detail::placed_cache* cache = detail::placed_cache::cell().peek()) cache->release_all();
 }

@@ -35,7 +35,7 @@ enum class fork_stage : unsigned {
     arenas,          ///< arenas.hpp: no lock (the child's arenas made before the fork are not its own)
     background_release, ///< detail/background_release.hpp: no lock (the child has no background thread)
     observation,     ///< observe.hpp: making the capability probe (child: scopes started before the fork are the parent's)
-    thread_caches,   ///< detail/heap/thread_cache.hpp: the count of live caches (no lock; the child has one thread)
+    thread_caches,   ///< detail/heap/thread_cache.hpp: the list of live caches (its mutex: no release flushes them; the child has one)
     node_pools,      ///< pmr.hpp: making the node pools (makes the topology, the heaps)
     heap_registry,   ///< detail/heap/registry.hpp: making the heaps
     heaps,           ///< every heap's fork gate (no thread inside a heap during fork)

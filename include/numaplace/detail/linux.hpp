@@ -3,7 +3,7 @@
 
 /// \file
 /// The platform layer: every system call numaplace makes (mmap, munmap, madvise, mincore, mbind,
-/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate) is a named function
+/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate, membarrier) is a named function
 /// here, called directly (no libnuma), plus small /proc and /sys readers. Each returns 0 or the errno
 /// and never throws: the layers above decide what a refusal means. Nothing else in include/ calls the
 /// kernel (tests/header_deps checks it by grep); hwloc calls live in topology.hpp and arenas.hpp.
@@ -120,13 +120,13 @@ inline int os_map_shared(int fd, std::size_t length, void*& out, std::size_t off
     return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
 }
 
-/// \effects unmaps [p, p+length). \returns 0 or errno (ENOMEM: unmapping the middle of a mapping
-/// would exceed vm.max_map_count; the range then stays mapped).
 /// \effects reads the CPUs the calling thread may run on into `set`. \returns 0 or errno.
 inline int os_thread_affinity(cpu_set_t& set) noexcept {
     CPU_ZERO(&set);
     return ::sched_getaffinity(0, sizeof set, &set) == 0 ? 0 : errno;
 }
+/// \effects unmaps [p, p+length). \returns 0 or errno (ENOMEM: unmapping the middle of a mapping
+/// would exceed vm.max_map_count; the range then stays mapped).
 inline int os_unmap(void* p, std::size_t length) noexcept { return ::munmap(p, length) == 0 ? 0 : errno; }
 
 /// What `os_advise` tells the kernel about a page range.
@@ -409,6 +409,11 @@ inline std::int64_t os_now_ms() noexcept {
     return seconds * 1000 + nanoseconds / 1000000;
 }
 
+/// \effects every running thread of the process runs a full barrier (membarrier, registered on need). \returns false: refused.
+inline bool os_barrier_all_threads() noexcept {
+    const auto call = [](int command) { return ::syscall(SYS_membarrier, command, 0u, 0) == 0; }; // 8: expedited, 16: register
+    return call(8) || (errno == EPERM && call(16) && call(8));
+}
 /// First line of a file, or `fallback` when it cannot be read.
 inline std::string read_line(const char* path, const std::string& fallback = std::string()) {
     std::ifstream in(path);
@@ -429,9 +434,7 @@ inline bool os_node_cpus(unsigned os_node, std::vector<unsigned>& cpus) {
     return true;
 }
 
-constexpr std::size_t round_up(std::size_t value, std::size_t to) noexcept {
-    return (value + to - 1) / to * to;
-}
+constexpr std::size_t round_up(std::size_t value, std::size_t to) noexcept { return (value + to - 1) / to * to; }
 constexpr bool is_power_of_two(std::size_t n) noexcept { return n != 0 && (n & (n - 1)) == 0; }
 
 /// \returns true if [p, p + bytes) rounded out to whole pages ends within the address space (its end

@@ -14,6 +14,7 @@
 #include "../../memory.hpp"
 #include "../linux.hpp"
 #include "run_marks.hpp"
+#include "run_region.hpp"
 #include "span.hpp"
 
 #include <algorithm>
@@ -26,44 +27,6 @@
 namespace numaplace {
 namespace detail {
 
-/// Per page of a region, in its header: a run's first and last page carry its length and state; a
-/// free run's first page also carries its links (in its bin's list), how many of its pages are
-/// resident (`dirty`) and when it was last freed into.
-struct run_meta {
-    std::uint32_t len;
-    std::uint32_t state;
-    std::uint32_t dirty;
-    std::uint32_t stamp; ///< ms when freed (os_now_ms truncated; age = now - stamp, modulo 2^32)
-    run_meta* next;
-    run_meta* prev;
-};
-constexpr std::uint32_t run_state_free = 1, run_state_used = 2;
-/// Marks on a used run's first page: replace() moved its pages; and set their policy.
-constexpr std::uint32_t run_mark_moved = 4, run_mark_policy = 8;
-constexpr std::size_t run_region_bytes = std::size_t(64) << 20;
-constexpr std::size_t run_header = 64; ///< the region's fields; the run_meta array follows
-/// A free run unused for this long goes back to the kernel (at the heap's next operation after it).
-constexpr std::uint32_t run_decay_ms = 1000;
-/// Free pages kept resident beyond the recent peak in use.
-constexpr std::size_t run_dirty_floor = std::size_t(4) << 20;
-
-/// A region's header, at its start (regions are size-aligned: a block's region is its address masked).
-/// Run metadata lives here, never in a free run, whose pages would otherwise be faulted in to link it.
-struct run_region {
-    std::uint32_t pages; ///< pages of the region
-    std::uint32_t first; ///< first page after the header (the metadata)
-    std::uint32_t used;  ///< pages in runs handed out
-    std::uint32_t reach; ///< the end of the furthest run ever handed out (no page beyond was touched)
-    bool bound;          ///< the heap's policy is in force on it
-    run_meta* meta() noexcept { return reinterpret_cast<run_meta*>(reinterpret_cast<char*>(this) + run_header); }
-    char* page_at(std::size_t i) noexcept { return reinterpret_cast<char*>(this) + i * page_size(); }
-};
-static_assert(sizeof(run_region) <= run_header, "region fields fit before the metadata");
-
-/// \returns the region holding `p` (a run of a run heap).
-inline run_region* run_region_of(const void* p) noexcept {
-    return reinterpret_cast<run_region*>(reinterpret_cast<std::uintptr_t>(p) & ~(std::uintptr_t(run_region_bytes) - 1));
-}
 
 /// The page runs of one node heap, under one mutex.
 class run_heap {
@@ -143,12 +106,22 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         maintain(clock());
     }
-    /// \effects gives every free page back to the kernel and unmaps every empty region. Never allocates.
+    /// \effects gives every free page back to the kernel and unmaps every empty region: the dirty runs,
+    /// the clean ones below their region's reach (a huge page faulted in over a neighbouring block, or a
+    /// split's estimate, may have left resident pages in a run counted clean), and the header pages that
+    /// describe only the inside of free runs. Never allocates.
     void release_all() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
         purge_where([](const run_meta*) { return true; });
+        const std::size_t page = page_size();
+        for_each_free(0, [page](run_meta* m) {
+            run_region* r = run_region_of(m);
+            const auto i = static_cast<std::size_t>(m - r->meta());
+            if (const std::size_t n = touched_pages(r, i, m->len)) os_advise(r->page_at(i), n * page, page_advice::dont_need);
+        });
         for (std::size_t k = regions_.size(); k-- > 0;)
             if (regions_[k]->used == 0) unmap_region(regions_[k]);
+        for (run_region* r : regions_) release_run_header(r);
     }
 
     /// \returns the bytes of runs handed out (thread caches included).
@@ -405,13 +378,15 @@ private:
         n = count;
         return true;
     }
-    // Calls f on every dirty free run; f may make the run clean (the next is taken first; free runs
-    // are never neighbours, so f never touches the next).
+    // Calls f on every free run of `set` (0 clean, 1 dirty); f may make a dirty run clean (the next is
+    // taken first; free runs are never neighbours, so f never touches the next).
     template <class F>
-    void for_each_dirty(F f) noexcept {
+    void for_each_dirty(F f) noexcept { for_each_free(1, f); }
+    template <class F>
+    void for_each_free(std::size_t set, F f) noexcept {
         for (std::size_t w = 0; w < words; ++w)
-            for (std::uint64_t bits = bins_used_[1][w]; bits; bits &= bits - 1)
-                for (run_meta* m = bin_[1][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))]; m;) {
+            for (std::uint64_t bits = bins_used_[set][w]; bits; bits &= bits - 1)
+                for (run_meta* m = bin_[set][w * 64 + static_cast<std::size_t>(__builtin_ctzll(bits))]; m;) {
                     run_meta* next = m->next;
                     f(m);
                     m = next;

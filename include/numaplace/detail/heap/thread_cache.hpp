@@ -4,10 +4,11 @@
 /// \file
 /// Each thread's cache of heap blocks (bounded per slot, 1..4 MiB in all by the number of threads, 1 MiB
 /// of page runs, given back at a large request), and the out-of-line allocate and deallocate that go
-/// through it to the heaps. Design: docs/heap.md.
+/// through it to the heaps; other threads flush it only as cache_ownership allows. Design: docs/heap.md.
 
 #include "../config.hpp"
 #include "../decay.hpp"
+#include "cache_ownership.hpp"
 #include "registry.hpp"
 #include "run_marks.hpp"
 #include "size_classes.hpp"
@@ -22,12 +23,19 @@ namespace detail {
 
 /// One thread's cached blocks, per heap and slot (a heap's lists are made on its first use).
 class thread_cache {
+    struct list {
+        heap_block* head;
+        std::size_t count;
+        std::size_t shrink; // the bound is cache_max >> shrink (see drain_shrink_max)
+    };
+
 public:
     ~thread_cache() {
         caches().fetch_sub(1, std::memory_order_relaxed);
         shard_users()[shard_].fetch_sub(1, std::memory_order_relaxed);
-        flush_all();
-        for (std::size_t h = 0; h < count_; ++h) delete[] lists_[h];
+        owner_.retire(); // no release looks at it from here on
+        flush_lists();
+        for (std::size_t h = 0; h < count_; ++h) delete[] static_cast<list*>(lists_[h]);
         delete[] lists_;
         delete[] run_marks_;
         current() = nullptr;
@@ -38,56 +46,68 @@ public:
     /// \throws placement_error, std::bad_alloc (the lists).
     void* allocate(std::size_t heap, std::size_t slot) {
         if (NUMAPLACE_UNLIKELY(ticks_ == 0)) tick();
-        list* ls = lists_[heap];
-        if (NUMAPLACE_UNLIKELY(ls == nullptr)) ls = lists_[heap] = new list[heap_slots]();
-        list& l = ls[slot];
+        void** lists = owner_.begin_slow();
+        if (NUMAPLACE_UNLIKELY(lists[heap] == nullptr)) { // made outside the operation: new may come back here
+            owner_.end();
+            list* made = new list[heap_slots]();
+            lists = owner_.begin_slow();
+            if (lists[heap] == nullptr) lists[heap] = made; // else an allocation inside new made it
+            else delete[] made;
+        }
+        list& l = static_cast<list*>(lists[heap])[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
             l.shrink = 0; // allocating again: the whole bound
             budget_ = budget_now();
-            l.count = heap_registry::instance().at(heap).take(slot, info.batch, l.head, shard_);
-            counted(heap, slot, l.count * info.size, true);
+            owner_.end(); // the heap may throw, or allocate (a degradation's message)
+            heap_block* got = nullptr;
+            const std::size_t n = heap_registry::instance().at(heap).take(slot, info.batch, got, shard_);
+            owner_.begin_slow(); // a release may have flushed the other lists meanwhile; this one stayed empty
+            l.head = got;
+            l.count = n;
+            counted(heap, slot, n * info.size, true);
         }
         heap_block* b = l.head;
         l.head = b->next;
         --l.count;
         counted(heap, slot, info.size, false);
+        owner_.end();
         return b;
     }
     /// \returns a block from this thread's list of `slot` of heap `heap`, or nullptr (fast path, inlined
     /// into the allocators).
-    void* try_pop(std::size_t heap, std::size_t slot) noexcept {
+    NUMAPLACE_ALWAYS_INLINE void* try_pop(std::size_t heap, std::size_t slot) noexcept {
         if (NUMAPLACE_UNLIKELY(--ticks_ == 0)) return nullptr; // allocate() runs the decay's tick
-        list* ls = lists_[heap];
-        if (NUMAPLACE_UNLIKELY(ls == nullptr)) return nullptr;
+        auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
+        if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(nullptr);
         list& l = ls[slot];
         heap_block* b = l.head;
-        if (NUMAPLACE_UNLIKELY(b == nullptr)) return nullptr;
+        if (NUMAPLACE_UNLIKELY(b == nullptr)) return end(nullptr);
         l.head = b->next;
         --l.count;
         if (NUMAPLACE_LIKELY(slot < heap_class_count)) bytes_ -= heap_table.info[slot].size;
         else counted(heap, slot, heap_slot_info_of(slot).size, false);
-        return b;
+        return end(b);
     }
     /// \returns true if `p` went on this thread's list without going over a bound (fast path, inlined).
-    bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
-        list* ls = lists_[heap];
-        if (NUMAPLACE_UNLIKELY(ls == nullptr)) return false;
-        if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return try_push_run(heap, slot, p);
+    NUMAPLACE_ALWAYS_INLINE bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
+        auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
+        if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(false);
+        if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return end(try_push_run(ls, heap, slot, p));
         list& l = ls[slot];
         const heap_class_info& info = heap_table.info[slot];
-        if (NUMAPLACE_UNLIKELY(l.count >= (info.cache_max >> l.shrink) || bytes_ + info.size > budget_)) return false;
+        if (NUMAPLACE_UNLIKELY(l.count >= (info.cache_max >> l.shrink) || bytes_ + info.size > budget_)) return end(false);
         auto* b = static_cast<heap_block*>(p);
         b->next = l.head;
         l.head = b;
         ++l.count;
         bytes_ += info.size;
-        return true;
+        return end(true);
     }
     /// try_push of a run, out of line so that the inlined span path stays small.
     /// \returns false over a bound (the run budget included): deallocate then evicts other runs.
-    NUMAPLACE_NOINLINE bool try_push_run(std::size_t heap, std::size_t slot, void* p) noexcept {
-        list& l = lists_[heap][slot];
+    NUMAPLACE_NOINLINE bool try_push_run(list* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
+        list& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
         if (run_marks.may_hold(p)) return false; // replace() moved it: the heap re-places it
@@ -102,9 +122,9 @@ public:
     /// \returns false if this thread has no list for the heap, or for a run replace() marked (the caller
     /// frees centrally: see run_marks.hpp).
     bool deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
-        list* ls = lists_[heap];
-        if (!ls) return false;
         if (slot >= heap_class_count && run_marks.may_hold(p)) return false; // see try_push_run
+        auto* ls = static_cast<list*>(owner_.begin_slow()[heap]);
+        if (!ls) return end(false);
         list& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         auto* b = static_cast<heap_block*>(p);
@@ -123,25 +143,31 @@ public:
         }
         if (NUMAPLACE_UNLIKELY(run_bytes_ > run_budget)) evict_runs(heap, slot);
         if (NUMAPLACE_UNLIKELY(bytes_ > budget_)) shrink(heap);
-        return true;
+        return end(true);
     }
 
     /// \effects gives back every run this thread caches of heap `heap`. A large request calls it first:
     /// runs of sizes not asked for again would otherwise stay resident beside the fresh pages of the
     /// large block; back in the heap they coalesce and may serve it (docs/heap.md). Never allocates.
     void give_runs(std::size_t heap) noexcept {
-        if (run_bytes_ != 0 && lists_[heap] != nullptr) evict_heap(heap, heap_no_slot, 0);
+        if (owner_.begin_slow()[heap] != nullptr && run_bytes_ != 0) evict_heap(heap, heap_no_slot, 0);
+        owner_.end();
     }
 
     /// \returns the shard this thread takes span blocks from (see node_heap).
     std::size_t shard() const noexcept { return shard_; }
 
-    /// \returns the bytes this thread caches now, and the most it may cache (its budget at its last refill).
-    std::size_t cached_bytes() const noexcept { return bytes_; }
+    /// \returns the bytes this thread caches now (after a release took them: 0), and the most it may cache
+    /// (its budget at its last refill). From the owner thread.
+    std::size_t cached_bytes() noexcept {
+        owner_.begin_slow();
+        return end(bytes_);
+    }
     std::size_t budget() const noexcept { return budget_; }
 
     /// \effects in a forked child, counts this thread's cache as the only live one (of its shard).
     static void forked_child() noexcept {
+        cache_ownership::fork_child(current() ? &current()->owner_ : nullptr);
         caches().store(current() ? 1 : 0, std::memory_order_relaxed);
         for (std::size_t k = 0; k < heap_shards_max; ++k) shard_users()[k].store(0, std::memory_order_relaxed);
         if (current()) shard_users()[current()->shard_].store(1, std::memory_order_relaxed);
@@ -168,12 +194,22 @@ public:
         current() = &cache;
         return &cache;
     }
-    /// \effects gives every cached block back to its heap.
+    /// \effects gives every block this thread caches back to its heap. From the owner thread.
     void flush_all() noexcept {
-        for (std::size_t h = 0; h < count_; ++h)
-            if (lists_[h])
-                for (std::size_t slot = 0; slot < heap_slots; ++slot) trim(h, slot, 0);
+        owner_.begin_slow();
+        flush_lists();
+        owner_.end();
     }
+    /// \effects this thread's cache, then every other live thread's, give every cached block back to its
+    /// heap (cache_ownership::release_others). \returns how many caches were left the request to flush
+    /// at their owner's next operation (owners inside an operation past the wait, or no barrier).
+    static std::size_t flush_every_thread() noexcept {
+        thread_cache* self = current();
+        if (self) self->flush_all();
+        return cache_ownership::release_others(self ? &self->owner_ : nullptr);
+    }
+    /// \returns the number of live thread caches (made, their thread not ended).
+    static std::size_t live() noexcept { return cache_ownership::live_count(); }
 
 private:
     // Bytes a thread caches: all_budget shared by the threads that have a cache, at least min_budget and
@@ -199,24 +235,40 @@ private:
     // keeps at the end do not hold hundreds of otherwise empty spans resident; its next refill restores
     // the bound (docs/heap.md).
     static constexpr std::size_t drain_shrink_max = 3;
-    struct list {
-        heap_block* head;
-        std::size_t count;
-        std::size_t shrink; // the bound is cache_max >> shrink
-    };
 
-    thread_cache() : count_(heap_registry::instance().size()), shard_(least_used_shard()) {
+    thread_cache()
+        : count_(heap_registry::instance().size()), shard_(least_used_shard()), lists_(make_lists(count_, shard_)),
+          run_marks_(new_or_undo<std::uint64_t>(count_ * run_words, lists_, shard_)),
+          owner_(lists_, lists_ + count_, &flush_of, this) {
         caches().fetch_add(1, std::memory_order_relaxed);
         budget_ = budget_now();
+    }
+    // Per heap: this thread's lists (null: none yet), then `count` null pointers (cache_ownership's
+    // lists while a release holds the cache). On bad_alloc nothing is kept (the shard given back).
+    static void** make_lists(std::size_t count, std::size_t shard) { return new_or_undo<void*>(2 * count, nullptr, shard); }
+    template <class T>
+    static T* new_or_undo(std::size_t n, void** lists, std::size_t shard) {
         try {
-            lists_ = new list*[count_]();
-            run_marks_ = new std::uint64_t[count_ * run_words]();
-        } catch (...) { // the cache is not made (the allocation throws bad_alloc): nothing is kept
-            delete[] lists_;
-            caches().fetch_sub(1, std::memory_order_relaxed);
-            shard_users()[shard_].fetch_sub(1, std::memory_order_relaxed);
+            return new T[n]();
+        } catch (...) {
+            delete[] lists;
+            shard_users()[shard].fetch_sub(1, std::memory_order_relaxed);
             throw;
         }
+    }
+    static void flush_of(void* cache) noexcept { static_cast<thread_cache*>(cache)->flush_lists(); }
+    // Every cached block back to its heap, without marking an operation: from an operation of the owner,
+    // from its destructor after retire(), or from a release while the owner is outside every operation.
+    void flush_lists() noexcept {
+        for (std::size_t h = 0; h < count_; ++h)
+            if (lists_[h])
+                for (std::size_t slot = 0; slot < heap_slots; ++slot) trim(h, slot, 0);
+    }
+    // Ends the owner's operation. \returns `r`.
+    template <class R>
+    NUMAPLACE_ALWAYS_INLINE R end(R r) noexcept {
+        owner_.end();
+        return r;
     }
 
     // Counts `bytes` of blocks into (`in`) or out of the cache; a run slot that gets blocks is marked in
@@ -255,11 +307,11 @@ private:
     // half the budget is left.
     void shrink(std::size_t heap) noexcept {
         for (std::size_t slot = heap_slots; slot-- > 0 && bytes_ > budget_ / 2;) trim(heap, slot, 0);
-        if (bytes_ > budget_ / 2) flush_all();
+        if (bytes_ > budget_ / 2) flush_lists();
     }
     // Keeps the first `keep` blocks of the list, gives the rest back.
     void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
-        list& l = lists_[heap][slot];
+        list& l = static_cast<list*>(lists_[heap])[slot];
         if (l.count <= keep) return;
         heap_block* rest;
         if (keep == 0) {
@@ -314,16 +366,17 @@ private:
     std::uint32_t ticks_ = decay_ticks; // allocations to the next tick
     std::size_t count_;
     std::size_t shard_;
-    list** lists_ = nullptr;
+    void** lists_; // per heap its list* (null: none yet), then count_ nulls (see make_lists); fixed
     std::size_t budget_ = max_budget; // bytes this thread may cache (budget_now at the last refill)
     std::size_t bytes_ = 0;     // cached, all slots
     std::size_t run_bytes_ = 0; // cached, page runs
     std::uint64_t* run_marks_;  // per heap, the run slots that may have blocks (bit n: runs of n pages)
+    cache_ownership owner_;     // when another thread may flush the lists (release_cached_memory)
 };
 
 /// In a forked child only the forking thread lives: its cache, if it has one, is the only one (the
 /// others' would keep every later budget at a share of the parent's threads).
-inline const fork_hook_registration thread_caches_fork_hook{fork_stage::thread_caches, fork_hook{nullptr, nullptr, &thread_cache::forked_child}};
+inline const fork_hook_registration thread_caches_fork_hook{fork_stage::thread_caches, fork_hook{&cache_ownership::fork_prepare, &cache_ownership::fork_parent, &thread_cache::forked_child}};
 
 /// \returns a block of slot `slot` from heap `heap` (see heap_index, heap_slot), through this thread's
 /// cache, or centrally once the cache is gone (thread or process exit).
