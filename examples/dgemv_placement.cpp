@@ -11,7 +11,10 @@
 // --expect-locality (used by the multi-node guest tests, which never look at the times): exit 1 unless
 // the partitioned placement is 100 % local at every thread count and, where there are several nodes with
 // CPUs, the serially initialised matrix is not (the seeds' problem, shown by where()).
-// With --replace the replaced matrix must be 100 % local too.
+// With --replace the replaced matrix must be 100 % local too. It then checks the seeds' contrast in
+// numastat: A bound by its rows partition and written serially from node s raises node k's other_node by at
+// least block k's pages; the partitioned initialisation raises node k's local_node by as much (lower bounds
+// only: numastat counts every process; docs/observe.md).
 #include "dgemv_placements.hpp"
 #include "sandbox.hpp"
 
@@ -31,8 +34,10 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <sched.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -117,6 +122,7 @@ bool parse_count(const char* text, unsigned long long max, unsigned long long& v
 }
 
 int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool with_replace);
+bool numastat_contrast(std::size_t n);
 
 /// The seeds' columns of one row: RMA/LMA, cpu-migrations, numastat local/other pages over the row's
 /// region, each "n/a" when its group was not measured (the reason is kept in `reasons`, printed once).
@@ -293,8 +299,98 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
         std::printf("locality check: partitioned min %.3f (want 1), serial_init at %d threads %.3f (want < 0.9 "
                     "with several nodes): %s\n", partitioned_min, max_threads, serial_at_max, ok ? "ok" : "FAILED");
         if (with_replace) std::printf("locality check: replaced min %.3f (want 1)\n", replaced_min);
-        if (!ok) return 1;
+        if (!numastat_contrast(n) || !ok) return 1;
     }
     return all_correct ? 0 : 1;
+}
+
+/// Pages of A (m x m doubles, page-aligned) per node id that `rows`' blocks hold: block edges are page
+/// boundaries, so no page is in two blocks.
+std::vector<std::size_t> block_pages(const numaplace::partition<double>& rows) {
+    const std::size_t page = numaplace::detail::page_size();
+    std::vector<std::size_t> per(numaplace::topology::get().size(), 0);
+    const numaplace::partition<double> e = rows.elements();
+    for (std::size_t k = 0; k < e.block_count(); ++k) {
+        const numaplace::block b = e.block(k);
+        if (!b.empty()) per[static_cast<std::size_t>(b.node)] += (b.end * sizeof(double) + page - 1) / page - b.begin * sizeof(double) / page;
+    }
+    return per;
+}
+
+/// One line per node of the bound `want` on `counter` (local_node or other_node) of `o`, and the other
+/// counter as seen (not bounded: see numastat_contrast). \returns whether every bound holds.
+bool numastat_bounds(const char* what, const numaplace::observation& o, const std::vector<std::size_t>& want,
+                     const std::vector<bool>& local) {
+    bool ok = true;
+    for (const numaplace::numastat_delta& d : o.numastat()) {
+        const auto k = static_cast<std::size_t>(d.node);
+        if (d.node < 0 || k >= want.size() || want[k] == 0) continue;
+        const std::uint64_t got = local[k] ? d.local_node : d.other_node, seen = local[k] ? d.other_node : d.local_node;
+        ok = ok && got >= want[k];
+        std::printf("numastat check: %s: node %d %s +%llu >= %zu pages of its block: %s (%s +%llu, not bounded)\n", what,
+                    d.node, local[k] ? "local_node" : "other_node", static_cast<unsigned long long>(got), want[k],
+                    got >= want[k] ? "ok" : "FAILED", local[k] ? "other_node" : "local_node",
+                    static_cast<unsigned long long>(seen));
+    }
+    return ok;
+}
+
+/// The seeds' contrast in numastat (--expect-locality; docs/observe.md, "The DGEMV's contrast in
+/// numastat"). A bound by its rows partition on small pages (one allocation per page), first written
+/// (1) serially by one thread on the first node with CPUs, s: block k's pages are allocated on node k for
+/// a CPU of node s: node k's other_node rises by at least block k's pages (local_node for k = s);
+/// (2) by the partitioned initialisation of the DGEMV (block k from node k's arena): node k's local_node
+/// rises by at least block k's pages. numastat is system-wide: other processes may add to any counter,
+/// never subtract, so only these lower bounds are checked; the contrasting counter is printed, not bounded.
+/// where() must find exactly block k's pages on node k in both. \returns whether every check holds.
+bool numastat_contrast(std::size_t n) {
+    const auto& topo = numaplace::topology::get();
+    const numaplace::partition<double> rows = numaplace::partition<double>::rows(n, n);
+    const std::vector<std::size_t> want = block_pages(rows);
+    const int s = topo.with_cpus()[0];
+    bool ok = true;
+    auto pages_where = [&](const double* a, const char* what) {
+        const std::vector<std::size_t> got = numaplace::where(a, rows).histogram.per_node;
+        const bool same = got == want;
+        ok = ok && same;
+        std::printf("numastat check: %s: where() finds each block's pages on its node: %s\n", what, same ? "ok" : "FAILED");
+    };
+    auto measured = [&](const numaplace::observation& o) {
+        const numaplace::group_status& g = o.status(numaplace::counter_group::numastat);
+        if (!g.measured) std::printf("numastat check: numastat NOT measured (%s): FAILED\n", g.reason.c_str());
+        ok = ok && g.measured;
+        return g.measured;
+    };
+    {
+        numaplace::placed_array<double> a(numaplace::compared_placement::partitioned(), rows, numaplace::page_choice::small);
+        int ran_on = -1;
+        numaplace::observation_scope scope;
+        std::thread([&] {
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            for (unsigned c : topo.at(s).cpus) CPU_SET(c, &set);
+            if (::sched_setaffinity(0, sizeof set, &set) != 0) return;
+            double* p = a.data();
+            for (std::size_t i = 0; i < n; ++i)
+                for (std::size_t j = 0; j < n; ++j) p[i * n + j] = a_value(i, j);
+            ran_on = topo.current_node();
+        }).join();
+        const numaplace::observation o = scope.stop();
+        char what[64];
+        std::snprintf(what, sizeof what, "serial init from node %d", s);
+        std::printf("numastat check: %s: the thread ran on node %d: %s\n", what, ran_on, ran_on == s ? "ok" : "FAILED");
+        ok = ok && ran_on == s;
+        std::vector<bool> local(want.size(), false);
+        local[static_cast<std::size_t>(s)] = true;
+        if (measured(o)) ok = numastat_bounds(what, o, want, local) && ok;
+        pages_where(a.data(), what);
+    }
+    numaplace::observation_scope scope;
+    const placed_matrix m(placement_kind::partitioned, n, n, page_kind::small);
+    const numaplace::observation o = scope.stop();
+    if (measured(o)) ok = numastat_bounds("partitioned init", o, want, std::vector<bool>(want.size(), true)) && ok;
+    pages_where(m.a(), "partitioned init");
+    std::printf("numastat check (lower bounds only: numastat counts every process): %s\n", ok ? "ok" : "FAILED");
+    return ok;
 }
 } // namespace

@@ -78,10 +78,7 @@ template <class T, class Init, class Body>
 std::vector<::benchmark::internal::Benchmark*> register_placements(const std::string& name, const partition<T>& part,
                                                                    const std::vector<compared_placement>& placements,
                                                                    Init init, Body body, observe_options observe = {}) {
-    for (std::size_t i = 0; i < placements.size(); ++i)
-        for (std::size_t j = 0; j < i; ++j)
-            if (placements[i].name() == placements[j].name())
-                detail::throw_invalid("register_placements: two placements named '" + placements[i].name() + "'");
+    detail::check_distinct_names(placements, "register_placements");
     auto slot = std::make_shared<detail::placement_slot<T>>();
     auto shared_init = std::make_shared<Init>(std::move(init));
     auto shared_body = std::make_shared<Body>(std::move(body));

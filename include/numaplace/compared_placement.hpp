@@ -35,9 +35,12 @@ enum class compared_kind {
 
 /// One placement to compare: a kind, a name (a benchmark argument value: letters, digits, '_', '-', '.')
 /// and, for `node_local`, a node; for `custom`, the user's placement value.
-/// Copies are cheap (a shared, immutable allocation function for `custom`).
+/// Copy only (moves copy): a moved-from placement keeps its name and allocates as before.
 class compared_placement {
 public:
+    compared_placement(const compared_placement&) = default;
+    compared_placement& operator=(const compared_placement&) = default;
+
     /// \returns every page on `node`. \throws unknown_node for an id `topology::get()` lacks;
     /// invalid_placement for a bad name. Default name "node_local" (node 0) or "node<k>".
     static compared_placement node_local(int node = 0, std::string name = {}) {
@@ -125,6 +128,17 @@ private:
     int node_;
     std::function<void*(std::size_t)> custom_;
 };
+
+namespace detail {
+/// \throws invalid_placement naming `who` when two of `placements` share a name (names are benchmark
+/// arguments and table rows: two alike could not be told apart).
+inline void check_distinct_names(const std::vector<compared_placement>& placements, const char* who) {
+    for (std::size_t i = 0; i < placements.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (placements[i].name() == placements[j].name())
+                throw_invalid(std::string(who) + ": two placements named '" + placements[i].name() + "'");
+}
+} // namespace detail
 
 /// \returns the five placements issue 32 compares: node_local (node 0), interleaved, serial_first_touch,
 /// partitioned, partitioned_huge.

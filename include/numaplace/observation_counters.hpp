@@ -62,8 +62,9 @@ inline void add_count(counter_set& c, std::string name, const std::optional<std:
 }
 inline bool add_group(counter_set& c, const observation& o, counter_group g) {
     const group_status& s = o.status(g);
+    if (!s.measured && s.reason.empty() && s.error == 0) return false; // not asked for (observe_options)
     if (!s.measured) {
-        c.absent.emplace_back(g, s.reason.empty() ? "not measured" : s.reason);
+        c.absent.emplace_back(g, s.reason);
         return false;
     }
     if (s.system_wide) c.system_wide.push_back(g);
@@ -81,7 +82,8 @@ inline bool add_group(counter_set& c, const observation& o, counter_group g) {
 /// - node_access (memory accesses): `node_access.local` (LMA), `node_access.remote` (RMA), the raw
 ///   `node_access.accesses` / `node_access.misses` (node-loads, node-load-misses), and `rma_lma`
 ///   (their ratio, not per iteration) when both were read and local is not 0.
-/// Groups not measured are in `absent` with their reason; nothing of theirs is in `values`.
+/// Groups not measured are in `absent` with their reason; nothing of theirs is in `values`. Groups not
+/// asked for (switched off in `observe_options`) are in neither.
 inline counter_set observation_counters(const observation& o) {
     counter_set c;
     if (detail::add_group(c, o, counter_group::numastat)) {
