@@ -25,11 +25,12 @@ namespace detail {
 // where the kernel may back shared memory (tmpfs, /dev/shm) with transparent huge pages at all, else
 // the page size. A shmem huge page is allocated under the policy of its first small page and covers
 // 2 MiB of the file, whichever process faults it; the mount option (huge=always) and the sysfs setting
-// (shmem_enabled=force) can change at any time, so only "deny" (no shmem huge page anywhere) or a
-// kernel without THP lets the page size do.
+// (shmem_enabled=force) can change at any time, so only "deny" (no shmem huge page anywhere) lets the
+// page size do; where the setting cannot be read (/sys hidden, or a kernel without THP) the huge page
+// is kept: its padding costs address space, never memory.
 inline std::size_t shared_segment_unit() {
     const std::string mode = read_line("/sys/kernel/mm/transparent_hugepage/shmem_enabled");
-    if (mode.empty() || mode.find("[deny]") != std::string::npos) return page_size();
+    if (mode.find("[deny]") != std::string::npos) return page_size();
     return huge_page_size() > page_size() ? huge_page_size() : page_size();
 }
 
