@@ -172,7 +172,7 @@ std::size_t slack(std::size_t live_runs, std::size_t threads) { return live_runs
 // the 2-node guest. Now: RSS after the call minus RSS before the rounds is at most the live bytes plus
 // slack() (above), and the heaps' counters are exact: the live runs in use, nothing dirty, parked or
 // cached (without the fix the helpers' cached runs count as in use).
-TEST(heap, release_cached_memory_returns_every_cached_byte_against_the_live_bytes) {
+TEST(heap_release, release_cached_memory_returns_every_cached_byte_against_the_live_bytes) {
     if (thread_sanitized) GTEST_SKIP() << "ThreadSanitizer keeps the shadow of freed memory resident";
     const int code = fresh([] {
         helpers h(3);
@@ -205,7 +205,10 @@ TEST(heap, release_cached_memory_returns_every_cached_byte_against_the_live_byte
         const std::size_t after = rss(), live_bytes = rounds * live_block;
         std::fprintf(stderr, "RSS above the start: %zu KiB before release_cached_memory, %zu KiB after; live %zu KiB\n",
                      (before - start) / kib, (after - start) / kib, live_bytes / kib);
-        if (after > start + live_bytes + slack(rounds, h.size() + 1)) return 1;
+        // Under AddressSanitizer RSS also holds the shadow of every page the heaps touched and the
+        // quarantine of the C library's freed blocks: the bound is checked only without it (the heaps'
+        // own counters below are exact either way).
+        if (!sanitized && after > start + live_bytes + slack(rounds, h.size() + 1)) return 1;
         if (const int c = check_totals(live_bytes, 2)) return c;
         for (auto& b : live) node_allocator<char>(b.first).deallocate(b.second, live_block);
         release_cached_memory();
@@ -246,13 +249,13 @@ int idle_helpers_body(bool barrier) {
 const char* const idle_codes = "1: a cache was empty before, 2: live caches, 3: caches left the request, 4/6: heap "
                                "counters, 5: a cache kept blocks";
 
-TEST(heap, other_threads_caches_go_back_while_those_threads_are_alive_and_idle) {
+TEST(heap_release, other_threads_caches_go_back_while_those_threads_are_alive_and_idle) {
     EXPECT_EQ(fresh([] { return idle_helpers_body(true); }), 0) << idle_codes;
 }
 // Where the kernel refuses membarrier (a seccomp filter), nothing tells a release that an idle thread is
 // outside its cache's operations: the call leaves each cache the request, and each gives every block
 // back at its thread's next operation.
-TEST(heap, without_membarrier_other_threads_give_their_cached_blocks_back_at_their_next_operation) {
+TEST(heap_release, without_membarrier_other_threads_give_their_cached_blocks_back_at_their_next_operation) {
     if (numaplace_test::rerun_started_under_seccomp({SYS_membarrier})) return;
     EXPECT_EQ(idle_helpers_body(false), 0) << idle_codes;
 }
@@ -262,7 +265,7 @@ TEST(heap, without_membarrier_other_threads_give_their_cached_blocks_back_at_the
 // free), and once they stop and free everything, one release leaves every cache empty and the heaps
 // nothing free. Run it under ThreadSanitizer as well (a separate -fsanitize=thread build of test_heap):
 // a flush racing with an owner's operation is a data race there.
-TEST(heap, other_threads_caches_go_back_while_those_threads_keep_allocating) {
+TEST(heap_release, other_threads_caches_go_back_while_those_threads_keep_allocating) {
     const int code = fresh([] {
         const std::size_t threads = 3, iterations = reduced ? 20000 : 200000;
         static const std::size_t sizes[] = {16, 64, 200, 1024, 4096, 20 * kib, 100 * kib};
@@ -321,7 +324,7 @@ TEST(heap, other_threads_caches_go_back_while_those_threads_keep_allocating) {
 
 // A thread that ended gave its cache back when it ended (its destructor): it is no longer listed,
 // and a release leaves nothing of it.
-TEST(heap, a_thread_that_ended_is_no_longer_listed_and_a_release_leaves_nothing_of_it) {
+TEST(heap_release, a_thread_that_ended_is_no_longer_listed_and_a_release_leaves_nothing_of_it) {
     const int code = fresh([] {
         std::thread([] { churn(); }).join();
         if (detail::thread_cache::live() != 0) return 1;
@@ -334,7 +337,7 @@ TEST(heap, a_thread_that_ended_is_no_longer_listed_and_a_release_leaves_nothing_
 // fork after a release, and fork while another thread releases in a loop: the child's only cache is
 // its thread's, its release waits for no thread of the parent's and leaves nothing; no child hangs (the
 // list's mutex is taken by the fork hook, stage thread_caches, and made anew in the child).
-TEST(heap, fork_after_a_release_and_during_releases_leaves_the_child_its_own_cache_only) {
+TEST(heap_release, fork_after_a_release_and_during_releases_leaves_the_child_its_own_cache_only) {
     const int code = fresh([] {
         helpers h(2);
         h.run([](std::size_t) { churn(); });
