@@ -51,20 +51,20 @@ inline int bound_os_node(const topology& topo, int& err) noexcept {
 
 // What each rank tells the others before a window is mapped: its segment's bytes, its node (the
 // kernel's number, -1 for none), its alignment unit, and the nodes it may allocate on.
-struct segment_share {
-    std::uint64_t bytes = 0;
-    std::int64_t os_node = -1;
-    std::uint64_t unit = 0;
-    std::uint64_t mems_known = 0;
-    std::uint64_t mems[numaplace::detail::node_mask_words] = {};
+struct segment_share { // unsigned long long throughout: MPI's type for it, and never size_t's own type
+    unsigned long long bytes = 0;
+    long long os_node = -1;
+    unsigned long long unit = 0;
+    unsigned long long mems_known = 0;
+    unsigned long long mems[numaplace::detail::node_mask_words] = {};
 
-    bool may_allocate_on(std::int64_t os) const noexcept {
-        return mems_known != 0 && os >= 0 && static_cast<std::uint64_t>(os) < numaplace::detail::node_mask_words * 64 &&
+    bool may_allocate_on(long long os) const noexcept {
+        return mems_known != 0 && os >= 0 && static_cast<unsigned long long>(os) < numaplace::detail::node_mask_words * 64 &&
                (mems[os / 64] >> (os % 64) & 1u) != 0;
     }
 };
-constexpr int segment_share_words = static_cast<int>(sizeof(segment_share) / sizeof(std::uint64_t));
-static_assert(sizeof(segment_share) == segment_share_words * sizeof(std::uint64_t), "segment_share: 64-bit words only");
+constexpr int segment_share_words = static_cast<int>(sizeof(segment_share) / sizeof(unsigned long long));
+static_assert(sizeof(segment_share) == segment_share_words * sizeof(unsigned long long), "segment_share: 64-bit words only");
 } // namespace detail
 
 /// The node of each rank of a communicator whose ranks share one host, read from each rank's binding
@@ -199,8 +199,8 @@ public:
             mine.mems_known = numaplace::detail::allowed_memory_nodes(mine.mems) ? 1 : 0;
         });
         std::vector<detail::segment_share> all(static_cast<std::size_t>(ranks));
-        detail::check(MPI_Allgather(&mine, detail::segment_share_words, MPI_UINT64_T, all.data(), detail::segment_share_words,
-                                    MPI_UINT64_T, comm),
+        detail::check(MPI_Allgather(&mine, detail::segment_share_words, MPI_UNSIGNED_LONG_LONG, all.data(), detail::segment_share_words,
+                                    MPI_UNSIGNED_LONG_LONG, comm),
                       "MPI_Allgather");
         for (const auto& r : all) unit_ = std::max<std::size_t>(unit_, static_cast<std::size_t>(r.unit));
         const std::size_t bytes = numaplace::detail::round_up(static_cast<std::size_t>(mine.bytes), unit_);
@@ -284,12 +284,12 @@ private:
     // none: all unbound ranks' segments over every node), then the whole window against the free room of
     // the file system MPI makes its file in. \throws placement_error ENOMEM, ENOSPC.
     void admit(const std::vector<detail::segment_share>& all, const detail::segment_share& mine, const topology& topo) const {
-        const auto add = [](std::uint64_t a, std::uint64_t b) { return b > UINT64_MAX - a ? UINT64_MAX : a + b; };
-        std::uint64_t total = 0, window = 0; // this node's segments; every rank's ask (one unit more each)
+        const auto add = [](unsigned long long a, unsigned long long b) { return b > ULLONG_MAX - a ? ULLONG_MAX : a + b; };
+        unsigned long long total = 0, window = 0; // this node's segments; every rank's ask (one unit more each)
         std::size_t sharing = 0;
         for (const auto& r : all) {
             if (r.bytes == 0) continue;
-            const std::uint64_t b = numaplace::detail::round_up(static_cast<std::size_t>(r.bytes), unit_);
+            const unsigned long long b = numaplace::detail::round_up(static_cast<std::size_t>(r.bytes), unit_);
             window = add(window, add(b, unit_));
             if (r.os_node != mine.os_node) continue;
             total = add(total, b);
@@ -304,7 +304,7 @@ private:
         else if (need > 0)
             numaplace::detail::admit_or_throw(nullptr, need, numaplace::memory::policy_mode::preferred_many, topo.all(), who.c_str(),
                                               numaplace::detail::range_origin::foreign);
-        std::uint64_t room = 0;
+        unsigned long long room = 0;
         const std::string dir = numaplace::detail::shared_window_directory();
         if (window > 0 && numaplace::detail::directory_free_bytes(dir, room) && add(window, detail::page_size()) > room)
             numaplace::detail::throw_placement(-1, window > SIZE_MAX ? SIZE_MAX : static_cast<std::size_t>(window), ENOSPC,
@@ -327,7 +327,7 @@ private:
         if (!placed_) return;
         // A rank that may not allocate on this node would put the pages it faults first on its own
         // nodes, whatever the segment's policy: fault them all in here, before the barrier, and check.
-        const std::int64_t os = static_cast<std::int64_t>(topo.nodes()[static_cast<std::size_t>(node_)].os_index);
+        const long long os = topo.nodes()[static_cast<std::size_t>(node_)].os_index;
         bool all_may = true;
         for (const auto& r : all) all_may = all_may && r.may_allocate_on(os);
         if (all_may) return;

@@ -5,6 +5,7 @@
 /// The errors of `mpi.hpp` (target numaplace::mpi). Needs no MPI header: a program may catch them
 /// where mpi.h is not included.
 
+#include <iterator> // before <stdexcept>/<string>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <stdexcept>
 #include <string>
 

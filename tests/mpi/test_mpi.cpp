@@ -308,7 +308,7 @@ TEST(mpi_attack, segments_that_fit_alone_but_not_together_fail_every_rank_before
         if (nodes.node_of(r) == node) together += asks[static_cast<std::size_t>(r)];
         window += asks[static_cast<std::size_t>(r)] + unit;
     }
-    std::uint64_t room = 0;
+    unsigned long long room = 0;
     const bool shm = detail::directory_free_bytes(detail::shared_window_directory(), room);
     const int expected = together > lo ? ENOMEM : (shm && window + page > room ? ENOSPC : 0);
     int expect_any = expected, any = 0;

@@ -64,23 +64,23 @@ inline void* shared_unit_start(void* base, std::size_t unit) {
     std::uint64_t offset = a;
     if (unit > page_size() && !mapped_file_offset(base, offset)) offset = a;
     const std::uint64_t skip = (unit - offset % unit) % unit;
-    return reinterpret_cast<void*>(a + static_cast<std::uintptr_t>(skip));
+    return static_cast<char*>(base) + skip;
 }
 
 // Words of a bit set of the kernel's node numbers: the nodes this process may allocate on.
-constexpr std::size_t node_mask_words = 16; // 1024 nodes, MAX_NUMNODES of the largest kernels
+constexpr unsigned node_mask_words = 16; // 1024 nodes, MAX_NUMNODES of the largest kernels
 
 // \effects sets in `words` (node_mask_words of them) the kernel's numbers of the nodes this process may
 // allocate memory on (Mems_allowed_list: its cpuset's cpuset.mems).
 // \returns false when /proc cannot be read (nothing known: a caller must assume any node may be missing).
-inline bool allowed_memory_nodes(std::uint64_t* words) {
-    for (std::size_t w = 0; w < node_mask_words; ++w) words[w] = 0;
+inline bool allowed_memory_nodes(unsigned long long* words) {
+    for (unsigned w = 0; w < node_mask_words; ++w) words[w] = 0;
     std::ifstream status("/proc/self/status");
     std::string line;
     while (std::getline(status, line)) {
         if (line.rfind("Mems_allowed_list:", 0) != 0) continue;
         for (unsigned n : parse_id_list(line.substr(line.find(':') + 1)))
-            if (n < node_mask_words * 64) words[n / 64] |= std::uint64_t(1) << (n % 64);
+            if (n < node_mask_words * 64) words[n / 64] |= 1ull << (n % 64);
         return true;
     }
     return false;
@@ -96,10 +96,11 @@ inline std::string shared_window_directory() {
 
 // \returns true and the bytes an unprivileged process may still write to the file system of `dir` in
 // `bytes`; false when it cannot be read (no such directory: nothing to check).
-inline bool directory_free_bytes(const std::string& dir, std::uint64_t& bytes) {
+inline bool directory_free_bytes(const std::string& dir, unsigned long long& bytes) {
     struct statvfs fs {};
     if (::statvfs(dir.c_str(), &fs) != 0) return false;
-    bytes = static_cast<std::uint64_t>(fs.f_bavail) * static_cast<std::uint64_t>(fs.f_frsize);
+    bytes = fs.f_bavail;
+    bytes *= fs.f_frsize;
     return true;
 }
 
