@@ -8,7 +8,7 @@
 #include "linux.hpp"
 #include "strings.hpp"
 
-#include <sys/statvfs.h>
+#include <fcntl.h>
 
 #include <cstddef>
 #include <cstdlib>
@@ -95,12 +95,16 @@ inline std::string shared_window_directory() {
 }
 
 // \returns true and the bytes an unprivileged process may still write to the file system of `dir` in
-// `bytes`; false when it cannot be read (no such directory: nothing to check).
+// `bytes` (through os_file_system_free: SIZE_MAX where it sets no size); false when it cannot be
+// read (no such directory: nothing to check).
 inline bool directory_free_bytes(const std::string& dir, unsigned long long& bytes) {
-    struct statvfs fs {};
-    if (::statvfs(dir.c_str(), &fs) != 0) return false;
-    bytes = fs.f_bavail;
-    bytes *= fs.f_frsize;
+    const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return false;
+    std::size_t free_bytes = 0;
+    const int err = os_file_system_free(fd, free_bytes);
+    os_close(fd);
+    if (err != 0) return false;
+    bytes = free_bytes;
     return true;
 }
 
