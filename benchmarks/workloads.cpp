@@ -3,6 +3,8 @@
 //   <workload>/std        std::allocator<T>: operator new, i.e. malloc — glibc, or jemalloc, mimalloc,
 //                         tbbmalloc when benchmarks/run_workloads.sh puts them in LD_PRELOAD
 //   <workload>/numaplace  numaplace::node_allocator<T>(0) (raw buffers: node_allocator<char>(0))
+//   <workload>/memkind, /tbb_pool, /libnuma  the NUMA-aware allocators a NUMA user would pick instead,
+//                         each bound to node 0 (benchmarks/numa_aware_allocators.hpp)
 // Workloads (counts at WORKLOADS_SCALE=1; a smaller scale shrinks the outer count, or the element count
 // where the outer count would drop below 1):
 //   work_buffers         per iteration 4 buffers of 16 KiB..4 MiB (log-uniform), every byte written,
@@ -30,6 +32,8 @@
 // allocator that keeps what an earlier workload freed would otherwise start the next one warm.
 // Flags: --quick (scale 0.1); the environment variable WORKLOADS_SCALE wins over it.
 #include <numaplace/numaplace.hpp>
+
+#include "numa_aware_allocators.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -98,6 +102,7 @@ struct std_family {
     template <class T>
     static alloc<T> make() { return alloc<T>(); }
     static constexpr bool is_numaplace = false;
+    static constexpr bool bound_node0 = false;
 };
 struct numaplace_family {
     template <class T>
@@ -105,6 +110,7 @@ struct numaplace_family {
     template <class T>
     static alloc<T> make() { return alloc<T>(0); }
     static constexpr bool is_numaplace = true;
+    static constexpr bool bound_node0 = true;
 };
 
 // --- Scale -----------------------------------------------------------------------------------------
@@ -484,7 +490,14 @@ void BM_Workload(benchmark::State& state) {
         benchmark::DoNotOptimize(p);
         a.deallocate(p, 64);
     }
+    // Blocks that stay live through the run: their pages' policy is checked after it (a small and a
+    // mid size; a family that fell back to the default policy is an error, not a result).
+    auto probe_alloc = F::template make<char>();
+    constexpr std::size_t probe_size[2] = {64, 64 << 10};
+    char* probe[2] = {probe_alloc.allocate(probe_size[0]), probe_alloc.allocate(probe_size[1])};
+    for (int k = 0; k < 2; ++k) std::memset(probe[k], 1, probe_size[k]);
     double peak = 0, fin = 0, decayed = 0, released = 0, ops = 0, start = 0, live = -1;
+    std::string failed;
     const double trip_before = line_round_trip_ns();
     bool hwm_ok = true;
     if (F::is_numaplace && g_decay_ms > 0) numaplace::background_release(std::chrono::milliseconds(100));
@@ -493,7 +506,11 @@ void BM_Workload(benchmark::State& state) {
         start = rss_mib();
         hwm_ok = reset_hwm() && hwm_ok;
         const auto t0 = std::chrono::steady_clock::now();
-        ops = w.run();
+        try {
+            ops = w.run();
+        } catch (const std::bad_alloc&) { // libnuma: a mapping per block, past vm.max_map_count
+            failed = "cannot run: an allocation failed (std::bad_alloc)";
+        }
         const auto t1 = std::chrono::steady_clock::now();
         state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
         peak = std::max(peak, hwm_mib() - start);
@@ -511,6 +528,15 @@ void BM_Workload(benchmark::State& state) {
         }
     }
     if (!hwm_ok) state.SkipWithError("cannot reset VmHWM (/proc/self/clear_refs)");
+    if (!failed.empty()) state.SkipWithError(failed.c_str());
+    if constexpr (F::bound_node0) {
+        for (int k = 0; k < 2; ++k) {
+            const std::string off = numa_aware::bound_to_node0(probe[k]);
+            if (!off.empty()) state.SkipWithError(("not bound to node 0 after the run: " + off).c_str());
+        }
+        state.counters["bound_node0_checked"] = 1;
+    }
+    for (int k = 0; k < 2; ++k) probe_alloc.deallocate(probe[k], probe_size[k]);
     state.counters["start_rss_mib"] = start;
     state.counters["peak_rss_mib"] = peak;
     if (live >= 0) state.counters["live_peak_mib"] = live;
@@ -545,6 +571,23 @@ void reg_both(const char* name) {
     reg<W<std_family>, std_family>(std::string(name) + "/std");
     reg<W<numaplace_family>, numaplace_family>(std::string(name) + "/numaplace");
 }
+template <template <class> class W, class F>
+void reg_family(const char* name, const char* family) {
+    reg<W<F>, F>(std::string(name) + "/" + family);
+}
+template <template <class> class W>
+void reg_all(const char* name) {
+    reg_both<W>(name);
+#if NUMAPLACE_WL_HAVE_MEMKIND
+    reg_family<W, numa_aware::memkind_family>(name, "memkind");
+#endif
+#if NUMAPLACE_WL_HAVE_TBB_POOL
+    reg_family<W, numa_aware::tbb_pool_family>(name, "tbb_pool");
+#endif
+#if NUMAPLACE_WL_HAVE_LIBNUMA
+    reg_family<W, numa_aware::libnuma_family>(name, "libnuma");
+#endif
+}
 template <class F>
 using pc2 = producer_consumer<F, 1>;
 template <class F>
@@ -566,13 +609,16 @@ int main(int argc, char** argv) {
     int n = static_cast<int>(args.size());
     args.push_back(nullptr);
 
-    reg_both<work_buffers>("work_buffers");
-    reg_both<vector_growth>("vector_growth");
-    reg_both<map_workload>("map");
-    reg_both<pc2>("producer_consumer");
-    reg_both<pc16>("producer_consumer_oversubscribed");
-    reg_both<fragmentation>("fragmentation");
-    reg_both<larson>("larson");
+#if NUMAPLACE_WL_HAVE_MEMKIND
+    ::setenv("MEMKIND_HBW_NODES", "0", 0); // memkind's HBW kind bound to node 0 exactly (unless set)
+#endif
+    reg_all<work_buffers>("work_buffers");
+    reg_all<vector_growth>("vector_growth");
+    reg_all<map_workload>("map");
+    reg_all<pc2>("producer_consumer");
+    reg_all<pc16>("producer_consumer_oversubscribed");
+    reg_all<fragmentation>("fragmentation");
+    reg_all<larson>("larson");
 
     benchmark::Initialize(&n, args.data());
     if (benchmark::ReportUnrecognizedArguments(n, args.data())) return 1;

@@ -3,10 +3,15 @@
 
 Per workload: for each allocator, the median over its rounds (one process each) of the wall time and of
 peak / final resident memory above the process's start (MiB; for numaplace, "released" is after
-numaplace::release_cached_memory() where the library has it). Then numaplace against glibc and against
-the fastest peer (glibc, jemalloc, mimalloc, tbbmalloc), as speed ratios (> 1: numaplace is faster), and
-the targets: speed >= 0.8x glibc, >= 0.5x the best peer (within 2x), peak RSS <= 1.3x glibc's, final
-RSS (after the decay / the release call where measured) within 8 MiB of the start.
+numaplace::release_cached_memory() where the library has it). Then numaplace against glibc, against
+the fastest general peer (glibc, jemalloc, mimalloc, tbbmalloc) and against the fastest NUMA-aware
+allocator (memkind, tbb_pool, libnuma: issue 33), as speed ratios (> 1: numaplace is faster; beside the
+ratio of medians, the ratios of each round, numaplace's time against the best NUMA-aware time of the
+same round), and the targets: speed >= 0.8x glibc, >= 1.0x the best NUMA-aware, >= 0.5x the best peer
+(within 2x), peak RSS <= 1.3x glibc's (1.6x for the oversubscribed workload: issue 33's decision,
+speed first), final RSS (after the decay / the release call where measured) within 8 MiB of the start.
+A NUMA-aware run past the script's time limit counts as slower than its limit; one that cannot run
+(libnuma past the mapping limit) is left out of the best and named.
 Each round's `line_round_trip_ns` (a cache line between two pinned threads, before and after the
 workload, the slower) tells the VM's phase: rounds above SLOW_NS ran while the host had placed the two
 virtual CPUs apart (docs/heap.md); the tables count them per allocator.
@@ -20,25 +25,36 @@ import statistics
 import sys
 
 PEERS = ["glibc", "jemalloc", "mimalloc", "tbbmalloc"]
-ALLOCATORS = PEERS + ["numaplace"]
+NUMA_AWARE = ["memkind", "tbb_pool", "libnuma"]
+ALLOCATORS = PEERS + NUMA_AWARE + ["numaplace"]
+# Peak bound 1.6x glibc (issue 33: "8 pairs on 2 cores, larson with more threads than cores"): larson's two
+# threads and the benchmark's main thread each hold a heap cache, three on this VM's two CPUs.
+OVERSUBSCRIBED = {"producer_consumer_oversubscribed", "larson"}
 ORDER = ["work_buffers", "vector_growth", "map", "producer_consumer", "producer_consumer_oversubscribed",
          "fragmentation", "larson"]
 UNIT = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0}
 # What the binary should see as malloc in each allocator's process (its JSON context "malloc").
 SLOW_NS = 200.0  # a line round trip above this: the slow phase (fast 80-95 ns, slow 390-420 on this VM)
 EXPECTED_MALLOC = {"glibc": "glibc", "jemalloc": "jemalloc", "mimalloc": "mimalloc", "tbbmalloc": "tbbmalloc",
-                   "numaplace": "glibc"}
+                   "memkind": "glibc", "tbb_pool": "glibc", "libnuma": "glibc", "numaplace": "glibc"}
 
 
 def load(out):
     runs = {}  # (workload, allocator) -> [dict]
     warnings = []
     scales = set()
+    failed = {}  # (workload, allocator) -> {round: "timeout N s" | error message}
+    for path in sorted(glob.glob(os.path.join(out, "*.timeout"))):
+        m = re.match(r"(.+)-(%s)-(\d+)\.timeout$" % "|".join(ALLOCATORS), os.path.basename(path))
+        if m:
+            with open(path) as f:
+                limit = float(f.read().strip() or "nan")
+            failed.setdefault((m.group(1), m.group(2)), {})[int(m.group(3))] = ("timeout", limit)
     for path in sorted(glob.glob(os.path.join(out, "*.json"))):
         m = re.match(r"(.+)-(%s)-(\d+)\.json$" % "|".join(ALLOCATORS), os.path.basename(path))
         if not m:
             continue
-        workload, alloc = m.group(1), m.group(2)
+        workload, alloc, rnd = m.group(1), m.group(2), int(m.group(3))
         try:
             with open(path) as f:
                 doc = json.load(f)
@@ -52,6 +68,7 @@ def load(out):
         for b in doc.get("benchmarks", []):
             if b.get("error_occurred"):
                 warnings.append("%s: %s" % (os.path.basename(path), b.get("error_message")))
+                failed.setdefault((workload, alloc), {})[rnd] = ("error", b.get("error_message"))
                 continue
             if "peak_rss_mib" not in b:
                 continue
@@ -69,8 +86,9 @@ def load(out):
                 "released": released if released is not None else float("nan"),
                 "measured_after": decayed is not None or released is not None,
                 "slow": b.get("line_round_trip_ns", 0.0) > SLOW_NS,
+                "round": rnd,
             })
-    return runs, warnings, scales
+    return runs, warnings, scales, failed
 
 
 def med(v, key):
@@ -85,7 +103,7 @@ def main(argv):
     if len(argv) != 2:
         sys.stderr.write("usage: workloads_summary.py OUT_DIR\n")
         return 2
-    runs, warnings, scales = load(argv[1])
+    runs, warnings, scales, failed = load(argv[1])
     if not runs:
         sys.stderr.write("no workload JSON in %s\n" % argv[1])
         return 1
@@ -102,6 +120,8 @@ def main(argv):
         print("  %-10s %9s %9s %9s %9s %9s %7s %5s" % ("allocator", "time s", "peak", "final", "decayed", "released", "rounds", "slow"))
         for a in ALLOCATORS:
             v = runs.get((w, a))
+            for rnd, (kind, what) in sorted(failed.get((w, a), {}).items()):
+                print("  %-10s round %d: %s" % (a, rnd, "timed out after %g s" % what if kind == "timeout" else what))
             if not v:
                 continue
             med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after", "decayed", "released")}
@@ -117,10 +137,36 @@ def main(argv):
         vs_glibc = ratio(gl["time"], np["time"])
         vs_best = ratio(best_t, np["time"])
         peak_ratio = ratio(np["peak"], gl["peak"]) if gl["peak"] > 0 else (1.0 if np["peak"] <= 0 else float("inf"))
+        peak_bound = 1.6 if w in OVERSUBSCRIBED else 1.3
+        # The best NUMA-aware allocator: the least median time among those that ran; one whose rounds all
+        # timed out counts at its limit (a lower bound of its time, so the ratio is a lower bound too).
+        aware = []
+        for a in NUMA_AWARE:
+            if a in med_of:
+                aware.append((med_of[a]["time"], a, ""))
+            else:
+                limits = [what for kind, what in failed.get((w, a), {}).values() if kind == "timeout"]
+                if limits:
+                    aware.append((min(limits), a, "> "))
         targets = [
             ("speed >= 0.8x glibc", vs_glibc >= 0.8, "%.2fx" % vs_glibc),
+        ]
+        if aware:
+            aw_t, aw, aw_mark = min(aware)
+            vs_aware = ratio(aw_t, np["time"])
+            per_round = []
+            for x in runs[(w, "numaplace")]:
+                same = [y["time"] for a in NUMA_AWARE for y in runs.get((w, a), []) if y["round"] == x["round"]]
+                if same:
+                    per_round.append(min(same) / x["time"])
+            rounds_txt = (", per round %s" % " ".join("%.2f" % r for r in sorted(per_round))) if per_round else ""
+            targets.append(("speed >= 1.0x best NUMA-aware (%s)" % aw, vs_aware >= 1.0,
+                            "%s%.2fx%s" % (aw_mark, vs_aware, rounds_txt)))
+            print("  numaplace: %s%.2fx the best NUMA-aware (%s %s%.3f s)" % (aw_mark, vs_aware, aw, aw_mark, aw_t))
+        targets += [
             ("within 2x of best peer (%s)" % best, vs_best >= 0.5, "%.2fx" % vs_best),
-            ("peak RSS <= 1.3x glibc", peak_ratio <= 1.3, "%.1f vs %.1f MiB = %.2fx" % (np["peak"], gl["peak"], peak_ratio)),
+            ("peak RSS <= %.1fx glibc" % peak_bound, peak_ratio <= peak_bound,
+             "%.1f vs %.1f MiB = %.2fx" % (np["peak"], gl["peak"], peak_ratio)),
             ("final RSS <= start + 8 MiB (%s)" % ("after the decay" if np["decayed"] == np["decayed"] else "after the call"),
              np["after"] <= 8.0, "%.1f MiB" % np["after"]),
         ]

@@ -149,7 +149,7 @@ std::string json_numbers(const Range& r) {
 
 void print_json(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
     const auto& caps = topo.capabilities();
-    const std::size_t shards = numaplace::heap_shards(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
+    const numaplace::heap_sharding_report shards = numaplace::heap_sharding(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
     os << "{\n  \"nodes\": [";
     bool first = true;
     for (const auto& n : topo.nodes()) {
@@ -183,7 +183,9 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
        << ", \"transparent_huge_pages\": " << json_string(caps.thp) << ", \"numa_balancing\": " << caps.numa_balancing
        << ", \"topology_readable\": " << json_bool(topology_readable())
        << ", \"topology_backend\": " << json_string(topology_backend(topo))
-       << "},\n  \"heap\": {\"shards\": " << shards
+       << "},\n  \"heap\": {\"shards\": " << shards.shards << ", \"shards_limit\": " << shards.limit
+       << ", \"shards_chosen\": " << json_bool(shards.chosen) << ", \"thread_caches\": " << shards.thread_caches
+       << ", \"cpus\": " << shards.cpus << ", \"shards_reason\": " << json_string(shards.reason)
        << "},\n  \"degradations\": {\"count\": " << numaplace::degradation_count() << ", \"messages\": [";
     first = true;
     for (const auto& m : numaplace::degradations()) {
@@ -233,9 +235,10 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
 }
 
 void print_text(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
-    const std::size_t shards = numaplace::heap_shards(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
+    const numaplace::heap_sharding_report shards = numaplace::heap_sharding(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
     numaplace::print_report(os, topo);
-    os << "heap shards per node:        " << shards << (shards == 1 ? " (NUMAPLACE_HEAP_SHARDS: 1 to 16)" : " (NUMAPLACE_HEAP_SHARDS)") << '\n';
+    os << "heap shards per node:        " << shards.shards << " now, "
+       << (shards.chosen ? "chosen (NUMAPLACE_HEAP_SHARDS unset): " : "fixed: ") << shards.reason << '\n';
     os << "topology readable:           "
        << (topology_readable() ? "yes (hwloc backend " + topology_backend(topo) + ")"
                                : "NO (hwloc backend " + topology_backend(topo) +

@@ -30,6 +30,7 @@
 #include <limits>
 #include <memory>
 #include <new>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -58,13 +59,47 @@ inline void release_cached_memory() noexcept {
     if (detail::placed_cache* cache = detail::placed_cache::cell().peek()) cache->release_all();
 }
 
-/// \returns how many span heaps each node's heap is split into: the environment's NUMAPLACE_HEAP_SHARDS
-/// when the heaps were made (1 to 16; unset: 1; anything else: 1, recorded in `degradations()`). With
-/// n > 1 a thread takes small blocks from the shard the fewest live threads use, and a block goes back to
-/// its own: threads freeing each other's blocks share less (8 producer/consumer pairs with 8 shards: 1.2x
-/// faster, 1.7x where moving a cache line between CPUs is slow), at more memory (that workload's peak
-/// 1.6x; a larson-style server replacing its threads 1.5x: docs/heap.md). \throws what making the heaps throws (the topology, bad_alloc).
-inline std::size_t heap_shards() { return detail::heap_registry::instance().shards(); }
+/// The shard count of the per-node heaps: how many span heaps a node's new small blocks come from now,
+/// and why (heap_sharding()).
+struct heap_sharding_report {
+    std::size_t shards = 1;        ///< span heaps new small blocks come from now (a new thread, or a refill)
+    std::size_t limit = 1;         ///< the most there may be: NUMAPLACE_HEAP_SHARDS, or 16 when chosen
+    bool chosen = true;            ///< true: chosen by the heaps (NUMAPLACE_HEAP_SHARDS unset or refused)
+    std::size_t thread_caches = 0; ///< threads with a heap cache now
+    std::size_t cpus = 1;          ///< CPUs the process could run on when the heaps were made
+    std::string reason;            ///< the rule that gave `shards`, in words
+};
+
+/// \returns the shard count in force and why. Unless NUMAPLACE_HEAP_SHARDS (1 to 16, read when the
+/// heaps are made) fixes it, the heaps choose: one shard while the threads with a heap cache are no more
+/// than the CPUs the process may use, else one more shard for each cache beyond the CPUs, up to 16 (threads that share a shard
+/// wait on each other when oversubscribed: 8 producer/consumer pairs on 2 CPUs ran 1.7x faster with a
+/// shard each, at up to 1.6x the peak memory: docs/heap.md, "Shards chosen"). A thread moves to the
+/// shard in force at its next refill; blocks never move (each goes back to its own span's shard).
+/// \throws what making the heaps throws (the topology, bad_alloc).
+inline heap_sharding_report heap_sharding() {
+    const detail::heap_registry& r = detail::heap_registry::instance();
+    heap_sharding_report out;
+    out.limit = r.shards();
+    out.chosen = !r.forced();
+    out.thread_caches = detail::thread_cache::counted_caches();
+    out.cpus = r.cpus();
+    out.shards = r.shards_for(out.thread_caches);
+    if (!out.chosen)
+        out.reason = "NUMAPLACE_HEAP_SHARDS=" + std::to_string(out.limit);
+    else if (out.shards == 1)
+        out.reason = std::to_string(out.thread_caches) + " thread caches on " + std::to_string(out.cpus) +
+                     " CPUs: one shard (caches do not outnumber the CPUs)";
+    else
+        out.reason = std::to_string(out.thread_caches) + " thread caches on " + std::to_string(out.cpus) +
+                     " CPUs: a shard more for each cache beyond the CPUs, up to " + std::to_string(out.limit) +
+                     " (oversubscribed)";
+    return out;
+}
+
+/// \returns heap_sharding().shards: the span heaps a node's new small blocks come from now.
+/// \throws what making the heaps throws (the topology, bad_alloc).
+inline std::size_t heap_shards() { return heap_sharding().shards; }
 
 /// \effects with a positive `period`, starts a background thread that runs the decay every `period`:
 /// free runs, empty spans, cached large blocks and cached own mappings unused for a second go back to the kernel

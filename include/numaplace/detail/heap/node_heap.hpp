@@ -10,6 +10,7 @@
 #include "../../memory.hpp"
 #include "../../place.hpp"
 #include "../../topology.hpp"
+#include "../config.hpp"
 #include "../moved_ranges.hpp"
 #include "large_cache.hpp"
 #include "run_heap.hpp"
@@ -17,6 +18,7 @@
 #include "span.hpp"
 #include "span_heap.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
@@ -47,8 +49,16 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
     return static_cast<std::size_t>(node) * heap_sources + source.index();
 }
 
-/// Span heaps a node heap may be split into (NUMAPLACE_HEAP_SHARDS, see heap_registry).
+/// Span heaps a node heap may be split into (NUMAPLACE_HEAP_SHARDS, or chosen: see heap_registry).
 constexpr std::size_t heap_shards_max = 16;
+
+/// \returns the flag set once any thread cache takes span blocks from a shard other than 0
+/// (thread_cache), never cleared: until then every span block is shard 0's, and no free reads its span's
+/// shard. A block passed to another thread carries the flag's store with it (the handover's ordering).
+inline std::atomic<bool>& heap_sharded() noexcept {
+    static std::atomic<bool> flag{false}; // constant-initialised
+    return flag;
+}
 
 /// The central heap of one node and source. Its span classes are `shards` span heaps: a thread takes
 /// its blocks from one (thread_cache: threads in turn), a block goes back to its span's, so threads of
@@ -56,15 +66,19 @@ constexpr std::size_t heap_shards_max = 16;
 /// at more memory: docs/heap.md). Page runs and large blocks are the node heap's alone.
 class node_heap {
 public:
-    /// `shards`: 1 to heap_shards_max.
+    /// `shards`: the span heaps it may be split into, 1 to heap_shards_max; shard 0's is made now, the
+    /// others at their first take.
     node_heap(int node, heap_source source, std::size_t shards = 1)
         : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"),
-          shards_(shards), spans_(new span_heap[shards]), runs_(huge_align_) {
+          shards_(shards), runs_(huge_align_) {
         init_gate();
-        for (std::size_t k = 0; k < shards_; ++k) spans_[k].set_shard(static_cast<std::uint8_t>(k));
+        spans_[0].store(new span_heap, std::memory_order_relaxed);
     }
     node_heap(const node_heap&) = delete;
     node_heap& operator=(const node_heap&) = delete;
+    ~node_heap() {
+        for (auto& s : spans_) delete s.load(std::memory_order_relaxed);
+    }
 
     /// \effects hands out up to `want` (>= 1) blocks of slot `slot` (see heap_slot) as a list in `head`,
     /// span blocks from shard `shard` (< shards()).
@@ -80,7 +94,7 @@ public:
             return 1;
         }
         const auto map = [this](std::size_t bytes, std::size_t size, bool& bound) { return map_bound(bytes, size, bound); };
-        return spans_[shard].take(slot, want, head, map);
+        return spans_made(shard).take(slot, want, head, map);
     }
 
     /// \effects takes back a null-terminated list of `count` blocks of slot `slot`; memory left empty
@@ -95,7 +109,7 @@ public:
             }
             return;
         }
-        if (shards_ == 1) return spans_[0].give(slot, list, count);
+        if (shards_ == 1 || !heap_sharded().load(std::memory_order_relaxed)) return spans(0).give(slot, list, count);
         give_to_shards(slot, list, count);
     }
 
@@ -107,11 +121,11 @@ public:
             gate_pass pass(fork_gate_);
             return give_run(b, slot - heap_class_count);
         }
-        span_heap& spans = spans_[shards_ == 1 ? 0 : heap_span_of(b, slot)->shard];
-        const span_heap::remote_push pushed = spans.give_one(slot, b); // lock-free: no gate
+        span_heap& own = spans(shards_ == 1 || !heap_sharded().load(std::memory_order_relaxed) ? 0 : heap_span_of(b, slot)->shard);
+        const span_heap::remote_push pushed = own.give_one(slot, b); // lock-free: no gate
         if (pushed == span_heap::remote_push::pushed) return;
         gate_pass pass(fork_gate_);
-        spans.drain_remote_now(slot, pushed == span_heap::remote_push::refused ? b : nullptr);
+        own.drain_remote_now(slot, pushed == span_heap::remote_push::refused ? b : nullptr);
     }
 
     /// \effects hands out a large block of `bytes` aligned to `alignment` (large_cache::serves): up to
@@ -159,7 +173,8 @@ public:
     /// regions and spans, the cached large blocks. Never allocates.
     void release_free() noexcept {
         gate_pass pass(fork_gate_);
-        for (std::size_t k = 0; k < shards_; ++k) spans_[k].release_all();
+        for (std::size_t k = 0; k < shards_; ++k)
+            if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->release_all();
         runs_.release_all();
         large_.release_all();
     }
@@ -168,7 +183,8 @@ public:
     /// span heap's decay runs only here). Never allocates.
     void decay_now() noexcept {
         gate_pass pass(fork_gate_);
-        for (std::size_t k = 0; k < shards_; ++k) spans_[k].decay_now();
+        for (std::size_t k = 0; k < shards_; ++k)
+            if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->decay_now();
         runs_.decay_now();
         large_.decay_now();
     }
@@ -193,11 +209,18 @@ public:
     /// by thread caches) and remote stacks (freed by threads without a cache list).
     std::size_t parked_bytes() noexcept {
         std::size_t n = 0;
-        for (std::size_t k = 0; k < shards_; ++k) n += spans_[k].parked_bytes();
+        for (std::size_t k = 0; k < shards_; ++k)
+            if (span_heap* h = spans_[k].load(std::memory_order_acquire)) n += h->parked_bytes();
         return n;
     }
-    /// \returns the span heaps this heap is split into.
+    /// \returns the span heaps this heap may be split into (made or not).
     std::size_t shards() const noexcept { return shards_; }
+    /// \returns the span heaps made (shard 0's, and each other one a thread cache took from).
+    std::size_t shards_made() const noexcept {
+        std::size_t n = 0;
+        for (const auto& h : spans_) n += h.load(std::memory_order_acquire) != nullptr;
+        return n;
+    }
     /// \returns the bytes of page runs handed out (thread caches included).
     std::size_t run_bytes_in_use() noexcept { return runs_.bytes_in_use(); }
     /// \returns the bytes of free page runs whose pages may be resident.
@@ -228,9 +251,21 @@ private:
             ++others[k];
             --count;
         }
-        spans_[first].give(slot, list, count);
+        spans(first).give(slot, list, count);
         for (std::size_t k = 0; k < shards_; ++k)
-            if (other[k]) spans_[k].give(slot, other[k], others[k]);
+            if (other[k]) spans(k).give(slot, other[k], others[k]);
+    }
+    // The span heap of shard `k`, which exists (a block of it is at hand, or k is 0).
+    span_heap& spans(std::size_t k) noexcept { return *spans_[k].load(std::memory_order_acquire); }
+    // The span heap of shard `k` (< shards_), made at its first take. \throws std::bad_alloc.
+    span_heap& spans_made(std::size_t k) {
+        span_heap* h = spans_[k].load(std::memory_order_acquire);
+        if (NUMAPLACE_LIKELY(h != nullptr)) return *h;
+        std::unique_ptr<span_heap> made(new span_heap);
+        made->set_shard(static_cast<std::uint8_t>(k));
+        if (spans_[k].compare_exchange_strong(h, made.get(), std::memory_order_acq_rel, std::memory_order_acquire))
+            return *made.release();
+        return *h; // another thread made it first
     }
 
     // \returns a run of `pages` pages at a multiple of `align` pages for a request of `bytes`, its
@@ -369,7 +404,8 @@ private:
     bool huge_align_; // THP `always`: large runs of a huge page or more start on one (docs/heap.md)
     pthread_rwlock_t fork_gate_;
     std::size_t shards_;
-    std::unique_ptr<span_heap[]> spans_;
+    std::atomic<span_heap*> spans_[heap_shards_max] = {}; // made on first use (spans_made), never unmade
+
     run_heap runs_;
     large_cache large_;
 };

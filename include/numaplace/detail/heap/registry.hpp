@@ -8,6 +8,7 @@
 #include "../../diagnostics.hpp"
 #include "../../topology.hpp"
 #include "../fork.hpp"
+#include "../linux.hpp"
 #include "../moved_ranges.hpp"
 #include "node_heap.hpp"
 
@@ -15,6 +16,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <string>
+
+#include <sched.h>
 
 namespace numaplace {
 namespace detail {
@@ -31,11 +34,27 @@ public:
     node_heap& at(std::size_t index) noexcept { return *heaps_[index]; }
     /// \returns the number of heaps.
     std::size_t size() const noexcept { return count_; }
-    /// \returns the span heaps each heap is split into (node_heap): NUMAPLACE_HEAP_SHARDS, else 1.
+    /// \returns the span heaps each heap may be split into (node_heap): NUMAPLACE_HEAP_SHARDS when it is
+    /// set and valid, else heap_shards_max (the count in force is then chosen: shards_for).
     std::size_t shards() const noexcept { return shards_; }
+    /// \returns whether NUMAPLACE_HEAP_SHARDS fixed the shard count (else the heaps choose it).
+    bool forced() const noexcept { return forced_; }
+    /// \returns the CPUs this process could run on when the heaps were made (its affinity; at least 1).
+    std::size_t cpus() const noexcept { return cpus_; }
+    /// \returns the shards new span blocks come from while `live_caches` thread caches live: the forced
+    /// count; else, while caches outnumber the CPUs, one more shard for each cache beyond the CPUs, up to
+    /// shards() (threads that share a shard then wait on each other's locks and lines: docs/heap.md,
+    /// "Shards chosen"); 1 otherwise.
+    std::size_t shards_for(std::size_t live_caches) const noexcept {
+        if (forced_) return shards_;
+        if (live_caches <= cpus_) return 1;
+        const std::size_t n = live_caches - cpus_ + 1;
+        return n < shards_ ? n : shards_;
+    }
 
     /// \returns the shards that `value` (NUMAPLACE_HEAP_SHARDS; null: unset) asks for: a whole number
-    /// from 1 to heap_shards_max, digits only; else 1, and `refusal` says why (empty when unset or valid).
+    /// from 1 to heap_shards_max, digits only; else 1, and `refusal` says why (empty when unset or valid;
+    /// a refused value leaves the count to the heaps).
     static std::size_t shards_from(const char* value, std::string& refusal) {
         refusal.clear();
         if (value == nullptr) return 1;
@@ -44,7 +63,7 @@ public:
         for (; *c >= '0' && *c <= '9' && n <= heap_shards_max; ++c) n = n * 10 + static_cast<std::size_t>(*c - '0');
         if (c != value && *c == '\0' && n >= 1 && n <= heap_shards_max) return n;
         refusal = "NUMAPLACE_HEAP_SHARDS=" + quoted(value) + " is not a whole number from 1 to " +
-                  std::to_string(heap_shards_max) + ": the heaps use 1 shard";
+                  std::to_string(heap_shards_max) + ": the heaps choose the shard count";
         return 1;
     }
 
@@ -86,8 +105,14 @@ public:
 private:
     explicit heap_registry(std::size_t nodes) : count_(nodes * heap_sources) {
         std::string refusal;
-        shards_ = shards_from(std::getenv("NUMAPLACE_HEAP_SHARDS"), refusal);
+        const char* value = std::getenv("NUMAPLACE_HEAP_SHARDS");
+        shards_ = shards_from(value, refusal);
+        forced_ = value != nullptr && refusal.empty();
+        if (!forced_) shards_ = heap_shards_max;
         if (!refusal.empty()) degradation_log::instance().record(refusal);
+        cpu_set_t set;
+        const int n = os_thread_affinity(set) == 0 ? CPU_COUNT(&set) : 0;
+        cpus_ = n > 0 ? static_cast<std::size_t>(n) : 1;
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i)
             heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources), shards_);
@@ -100,6 +125,8 @@ private:
 
     std::size_t count_;
     std::size_t shards_ = 1;
+    bool forced_ = false;
+    std::size_t cpus_ = 1;
     node_heap** heaps_;
 };
 

@@ -14,8 +14,10 @@
 namespace numaplace {
 namespace detail {
 
-/// 60 classes, 16 B to 1 MiB: 16-byte steps to 128 B, then four classes per power of two.
-constexpr std::size_t heap_class_count = 60;
+/// 68 classes, 8 B to 1 MiB: 8-byte steps to 128 B, then four classes per power of two. The classes of
+/// an odd multiple of 8 B serve requests aligned to at most 8 (a 40-byte tree node: docs/heap.md, "Size
+/// classes"); a request aligned to 16 is served from the 16-byte multiples.
+constexpr std::size_t heap_class_count = 68;
 constexpr std::size_t heap_max_block = std::size_t(1) << 20;
 constexpr std::size_t heap_no_class = heap_class_count;
 /// Bytes kept at the start of every span for its header (`heap_span`, span.hpp).
@@ -23,18 +25,18 @@ constexpr std::size_t heap_span_header = 64;
 
 /// \returns the block size of class `c` (< heap_class_count).
 constexpr std::size_t heap_class_size(std::size_t c) noexcept {
-    if (c < 8) return (c + 1) * 16;
-    const std::size_t k = 7 + (c - 8) / 4, idx = (c - 8) % 4;
+    if (c < 16) return (c + 1) * 8;
+    const std::size_t k = 7 + (c - 16) / 4, idx = (c - 16) % 4;
     return (idx + 5) << (k - 2);
 }
 static_assert(heap_class_size(heap_class_count - 1) == heap_max_block, "classes end at 1 MiB");
 
 /// \returns the smallest class holding `size` bytes. \requires 1 <= size <= heap_max_block.
 inline std::size_t heap_class_of(std::size_t size) noexcept {
-    if (size <= 128) return (size + 15) / 16 - 1;
+    if (size <= 128) return (size + 7) / 8 - 1;
     const std::size_t s = size - 1;
     const std::size_t k = 63 - static_cast<std::size_t>(__builtin_clzll(s));
-    return 8 + (k - 7) * 4 + ((s >> (k - 2)) - 4);
+    return 16 + (k - 7) * 4 + ((s >> (k - 2)) - 4);
 }
 
 /// \returns the class serving `bytes` at `alignment`, or heap_no_class (over 1 MiB, or an alignment
@@ -43,7 +45,7 @@ inline std::size_t heap_class_of(std::size_t size) noexcept {
 inline std::size_t heap_class(std::size_t bytes, std::size_t alignment) noexcept {
     if (bytes > heap_max_block) return heap_no_class;
     if (bytes == 0) bytes = 1;
-    if (alignment <= 16) return heap_class_of(bytes);
+    if (alignment <= 8) return heap_class_of(bytes);
     if (!is_power_of_two(alignment) || alignment > heap_max_block) return heap_no_class;
     const std::size_t size = (bytes + alignment - 1) & ~(alignment - 1); // no overflow: both <= 1 MiB
     if (size > heap_max_block) return heap_no_class;
@@ -59,7 +61,7 @@ constexpr std::size_t heap_run_pages_max = heap_max_block / 4096; // pages are a
 constexpr std::size_t heap_slots = heap_class_count + heap_run_pages_max + 1;
 constexpr std::size_t heap_no_slot = heap_slots;
 /// The first class that can be a page run: 16 KiB, four pages of the smallest page size.
-constexpr std::size_t heap_run_first = 35;
+constexpr std::size_t heap_run_first = 43;
 static_assert(heap_class_size(heap_run_first) == 16384, "the first run class is 16 KiB");
 
 /// \returns true if class `c`'s size is whole pages, at least four: at alignments up to a page its
@@ -78,7 +80,8 @@ inline bool heap_run_class(std::size_t c) noexcept {
 /// 32 B to 2 KiB, over 12 KiB at 4 KiB; a run is never shorter than 4 pages nor longer than its class.
 /// Above a page of alignment: a span block of a class aligned as asked.
 inline std::size_t heap_slot(std::size_t bytes, std::size_t alignment) noexcept {
-    if (alignment <= 16 && bytes < 16384) return heap_class_of(bytes == 0 ? 1 : bytes);
+    if (alignment <= 8 && bytes < 16384) return heap_class_of(bytes == 0 ? 1 : bytes);
+    if (alignment == 16 && bytes < 16384) return heap_class_of(((bytes == 0 ? 1 : bytes) + 15) & ~std::size_t(15));
     const std::size_t c = heap_class(bytes, alignment);
     if (c == heap_no_class) return heap_no_slot;
     const std::size_t page = page_size();

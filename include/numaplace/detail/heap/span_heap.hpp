@@ -25,7 +25,13 @@ namespace detail {
 class span_heap {
 public:
     /// \effects records `shard` in every span made from now on (see node_heap). Before the first operation.
-    void set_shard(std::uint8_t shard) noexcept { shard_ = shard; }
+    /// Shards other than 0 exist only while the heaps are oversubscribed (or forced): their floors (empty
+    /// spans kept hot, spares, transfer room) are a quarter of shard 0's, so that a shard per thread does not
+    /// multiply what every shard keeps (docs/heap.md, "Shards chosen").
+    void set_shard(std::uint8_t shard) noexcept {
+        shard_ = shard;
+        floor_shift_ = shard == 0 ? 0 : 2;
+    }
 
     /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list in `head`. When no span of
     /// the class has a block left, takes an empty span from the cache, else `map(bytes, size, bound)`:
@@ -235,7 +241,7 @@ private:
         const heap_class_info& info = heap_table.info[c];
         transfer_list& t = transfer_[c];
         if (count * 8 < info.batch || count > info.cache_max || t.n == transfer_slots ||
-            transfer_bytes_.load(std::memory_order_relaxed) + count * info.size > transfer_limit)
+            transfer_bytes_.load(std::memory_order_relaxed) + count * info.size > (transfer_limit >> floor_shift_))
             return false;
         t.head[t.n] = list;
         t.count[t.n] = static_cast<std::uint32_t>(count);
@@ -296,7 +302,8 @@ private:
     std::size_t spare_limit() const noexcept {
         const std::size_t used = in_use_.load(std::memory_order_relaxed), spare = spare_bytes_.load(std::memory_order_relaxed);
         const std::size_t live = used > spare ? used - spare : 0;
-        return live / 4 > spare_floor ? live / 4 : spare_floor;
+        const std::size_t floor = spare_floor >> floor_shift_;
+        return live / 4 > floor ? live / 4 : floor;
     }
     bool keep_spare(std::size_t bytes) noexcept {
         const std::size_t limit = spare_limit();
@@ -330,14 +337,15 @@ private:
     }
     std::size_t cold_limit() const noexcept {
         const std::size_t used = in_use_.load(std::memory_order_relaxed);
-        return used / 4 > cache_floor ? used / 4 : cache_floor;
+        const std::size_t floor = cache_floor >> floor_shift_;
+        return used / 4 > floor ? used / 4 : floor;
     }
     void release(heap_span* s) noexcept {
         std::lock_guard<std::mutex> lock(span_mutex_);
         in_use_ -= s->bytes;
         cache_touched_ = true;
         const std::size_t b = bucket(s->bytes);
-        if (hot_bytes_ + s->bytes <= cache_floor) {
+        if (hot_bytes_ + s->bytes <= (cache_floor >> floor_shift_)) {
             s->next = hot_[b];
             hot_[b] = s;
             hot_bytes_ += s->bytes;
@@ -411,6 +419,7 @@ private:
     heap_span* hot_[span_buckets] = {};
     heap_span* cold_[span_buckets] = {};
     std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
+    unsigned floor_shift_ = 0; // the floors above are shifted right by it (set_shard)
     bool cache_touched_ = false; // a span taken from or given to the cache since the last decay_now
     std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
     std::uint8_t shard_ = 0;

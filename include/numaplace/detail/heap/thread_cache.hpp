@@ -59,6 +59,7 @@ public:
         if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
             l.shrink = 0; // allocating again: the whole bound
             budget_ = budget_now();
+            if (slot < heap_class_count) reconsider_shard();
             owner_.end(); // the heap may throw, or allocate (a degradation's message)
             heap_block* got = nullptr;
             const std::size_t n = heap_registry::instance().at(heap).take(slot, info.batch, got, shard_);
@@ -210,6 +211,8 @@ public:
     }
     /// \returns the number of live thread caches (made, their thread not ended).
     static std::size_t live() noexcept { return cache_ownership::live_count(); }
+    /// \returns the thread caches counted by the shard choice (made, not yet destroyed; no lock).
+    static std::size_t counted_caches() noexcept { return caches().load(std::memory_order_relaxed); }
 
 private:
     // Bytes a thread caches: all_budget shared by the threads that have a cache, at least min_budget and
@@ -335,17 +338,41 @@ private:
         return n;
     }
     // The shard of every node heap this thread takes its span blocks from: the one the fewest live
-    // caches use, the lowest on a tie, so that threads that come and go (a pool replaced, a thread per
-    // task) take from the same few shards' spans instead of leaving blocks in every shard. Two threads
-    // made at once may pick the same shard: shards are a way to spread contention, not a guarantee.
+    // caches use among the shards in force (heap_registry::shards_for), the lowest on a tie, so that
+    // threads that come and go (a pool replaced, a thread per task) take from the same few shards' spans
+    // instead of leaving blocks in every shard. Two threads made at once may pick the same shard: shards
+    // are a way to spread contention, not a guarantee.
     static std::size_t least_used_shard() noexcept {
-        const std::size_t shards = heap_registry::instance().shards();
+        const heap_registry& r = heap_registry::instance();
+        const std::size_t best = least_used_of(r.shards_for(caches().load(std::memory_order_relaxed) + 1));
+        shard_users()[best].fetch_add(1, std::memory_order_relaxed);
+        if (best != 0) heap_sharded().store(true, std::memory_order_relaxed);
+        return best;
+    }
+    static std::size_t least_used_of(std::size_t shards) noexcept {
         std::atomic<std::size_t>* users = shard_users();
         std::size_t best = 0;
         for (std::size_t k = 1; k < shards; ++k)
             if (users[k].load(std::memory_order_relaxed) < users[best].load(std::memory_order_relaxed)) best = k;
-        users[best].fetch_add(1, std::memory_order_relaxed);
         return best;
+    }
+    // At a refill of a span class, where the heaps choose the shard count: a thread whose shard is
+    // out of the count in force (caches no longer outnumber the CPUs: back to shard 0), or shared while
+    // another shard in force has fewer users (caches came to outnumber the CPUs), moves there. Its
+    // blocks stay where they are: each goes back to its own span's shard when freed (node_heap::give).
+    void reconsider_shard() noexcept {
+        const heap_registry* r = heap_registry::cell().peek(); // made: this cache was made with it
+        if (r == nullptr || r->forced()) return;
+        const std::size_t n = r->shards_for(caches().load(std::memory_order_relaxed));
+        std::atomic<std::size_t>* users = shard_users();
+        if (shard_ < n && (n == 1 || users[shard_].load(std::memory_order_relaxed) <= 1)) return;
+        const std::size_t best = least_used_of(n);
+        if (best == shard_ || (shard_ < n && users[best].load(std::memory_order_relaxed) + 1 >= users[shard_].load(std::memory_order_relaxed)))
+            return; // no shard in force is less used than this one
+        users[best].fetch_add(1, std::memory_order_relaxed);
+        users[shard_].fetch_sub(1, std::memory_order_relaxed);
+        if (best != 0) heap_sharded().store(true, std::memory_order_relaxed);
+        shard_ = best;
     }
 
     // The decay without a background thread (docs/heap.md): every decay_ticks allocations a thread looks
