@@ -37,15 +37,16 @@ namespace memory {
 
 /// Kernel memory policy modes numaplace uses.
 enum class policy_mode : int {
-    bind = detail::mpol_bind,
-    preferred = detail::mpol_preferred,
-    preferred_many = detail::mpol_preferred_many,
-    interleave = detail::mpol_interleave,
+    bind = detail::mpol_bind,                       ///< MPOL_BIND: only these nodes
+    preferred = detail::mpol_preferred,             ///< MPOL_PREFERRED: this node first, then any
+    preferred_many = detail::mpol_preferred_many,   ///< MPOL_PREFERRED_MANY (Linux >= 5.15): these nodes first
+    interleave = detail::mpol_interleave,           ///< MPOL_INTERLEAVE: pages round robin over the nodes
     /// MPOL_BIND | MPOL_F_NUMA_BALANCING (Linux >= 5.12, `capabilities().numa_balancing_bind`): bound to
     /// the nodes, and automatic NUMA balancing may still migrate pages among them towards their readers.
     bind_balancing = detail::mpol_bind | detail::mpol_f_numa_balancing
 };
 
+/// \returns the mode's name as `numaplace-info` prints it (e.g. "bind", "interleave").
 inline const char* name(policy_mode m) noexcept {
     switch (m) {
     case policy_mode::bind: return "bind";

@@ -15,7 +15,7 @@
 /// their own mapping, placed page by page and aligned to `alignof(T)`, kept when freed for reuse by the
 /// same placement, size and alignment (detail/placed_cache.hpp). `benchmarks/allocation.cpp` and
 /// `benchmarks/workloads.cpp` measure the paths. Nothing here needs pmr.hpp, so this
-/// header does not include it, nor <memory_resource> (tests/header_deps checks both).
+/// header does not include it, nor `<memory_resource>` (tests/header_deps checks both).
 
 #include "detail/background_release.hpp"
 #include "detail/routing.hpp"
@@ -158,6 +158,8 @@ void check_element_size(const P& p) {
 template <class T, class Placement>
 class allocator {
 public:
+    ///@{
+    /// The Allocator requirements' member types; propagation chosen on purpose (see the class).
     using value_type = T;
     using size_type = std::size_t;
     using difference_type = std::ptrdiff_t;
@@ -166,8 +168,11 @@ public:
     using propagate_on_container_move_assignment = std::true_type;
     using propagate_on_container_swap = std::true_type;
     using is_always_equal = std::false_type;
+    ///@}
+    /// The same allocator for another element type (the same placement).
     template <class U>
     struct rebind {
+        /// `allocator<U, Placement>`.
         using other = allocator<U, Placement>;
     };
 
@@ -197,15 +202,19 @@ public:
     // Trivially copyable (the placement is a handle to interned state): copies never throw, a moved-from
     // allocator equals its source (Allocator requirements, LWG 2593; libstdc++'s deque frees with it),
     // and destruction is trivial, so a copy a node handle drops (libstdc++ 12 re-insertion) leaks nothing.
+    /// \effects copies the placement handle; never throws.
     allocator(const allocator&) noexcept = default;
+    /// \effects copies the placement handle; never throws. \returns `*this`.
     allocator& operator=(const allocator&) noexcept = default;
     /// The rebinding copy: the same placement (a partitioned one keeps its element size: see
     /// partitioned_allocator).
     template <class U>
     allocator(const allocator<U, Placement>& other) noexcept : placement_(other.placement()) {}
 
+    /// \returns the placement this allocator places by.
     const Placement& placement() const noexcept { return placement_; }
 
+    /// \returns the largest `n` for which `n * sizeof(T)` does not overflow.
     size_type max_size() const noexcept { return std::numeric_limits<size_type>::max() / sizeof(T); }
 
     /// \returns memory for `n` objects, placed. \throws std::bad_array_new_length if `n * sizeof(T)`
@@ -217,6 +226,7 @@ public:
     /// \effects releases what `allocate(n)` returned (of this or an equal allocator). Never allocates.
     void deallocate(T* p, size_type n) noexcept { detail::routed_deallocate(placement_, p, n * sizeof(T), alignof(T)); }
 
+    /// \returns a copy: a copied container keeps the source's placement.
     allocator select_on_container_copy_construction() const { return *this; }
 
     template <class U>
@@ -264,23 +274,30 @@ class default_init_allocator : public A {
 public:
     using A::A;
     default_init_allocator() = default;
+    /// \effects wraps `a`.
     default_init_allocator(const A& a) noexcept(std::is_nothrow_copy_constructible<A>::value) : A(a) {}
+    /// \effects the rebinding copy of the wrapped allocator.
     template <class B>
     default_init_allocator(const default_init_allocator<B>& other) : A(static_cast<const B&>(other)) {}
 
+    /// The same wrapper over the wrapped allocator rebound to `U`.
     template <class U>
     struct rebind {
+        /// `default_init_allocator` of the rebound allocator.
         using other = default_init_allocator<typename traits::template rebind_alloc<U>>;
     };
 
+    /// \returns the wrapper of the wrapped allocator's choice.
     default_init_allocator select_on_container_copy_construction() const {
         return default_init_allocator(traits::select_on_container_copy_construction(static_cast<const A&>(*this)));
     }
 
+    /// \effects default-initialises `*p` (no zero fill for trivial types).
     template <class U>
     void construct(U* p) noexcept(std::is_nothrow_default_constructible<U>::value) {
         ::new (static_cast<void*>(p)) U;
     }
+    /// \effects constructs `*p` from `args` as the wrapped allocator does.
     template <class U, class... Args>
     void construct(U* p, Args&&... args) {
         traits::construct(static_cast<A&>(*this), p, std::forward<Args>(args)...);

@@ -62,9 +62,11 @@ struct arena_report {
     /// `tbb::info::numa_nodes()` ({-1}: TBB sees no NUMA); empty on a machine with one node with CPUs,
     /// where oneTBB is not asked (asking loads libtbbbind, which sanitizer runtimes refuse to load).
     std::vector<int> tbb_numa_nodes;
+    /// how the arenas are pinned (oneTBB constraints, hwloc observer, none).
     numaplace::pinning pinning = pinning::single_node;
     std::string reason;                 ///< why this pinning; for `none`, what failed (node, errno)
     bool verified = false;              ///< a thread entering every arena ran within its node's CPUs
+    /// the `TBB_INTERFACE_VERSION` numaplace was compiled against.
     int tbb_interface_version = TBB_INTERFACE_VERSION;
 };
 

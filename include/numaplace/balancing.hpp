@@ -27,6 +27,7 @@ namespace numaplace {
 /// System-wide counters of automatic NUMA balancing, from `/proc/vmstat`. All zero where the kernel
 /// has no balancing (CONFIG_NUMA_BALANCING off) or `/proc` cannot be read (`available` false).
 struct balancing_counters {
+    /// false: no counters (no balancing in the kernel, or `/proc` unreadable).
     bool available = false;
     std::uint64_t pages_migrated = 0;   ///< numa_pages_migrated: pages moved to another node
     std::uint64_t hint_faults = 0;      ///< numa_hint_faults: sampled accesses

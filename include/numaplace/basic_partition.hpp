@@ -28,10 +28,15 @@ namespace numaplace {
 
 /// Block `k` of a partition: the indexes [begin, end) placed on and computed on `node`.
 struct block {
+    /// the node the block's pages are placed on and its indexes run on.
     int node = -1;
+    /// first index of the block.
     std::size_t begin = 0;
+    /// one past the last index.
     std::size_t end = 0;
+    /// \returns `end - begin`.
     std::size_t size() const noexcept { return end - begin; }
+    /// \returns whether the block holds no index.
     bool empty() const noexcept { return begin == end; }
     friend bool operator==(const block& a, const block& b) noexcept {
         return a.node == b.node && a.begin == b.begin && a.end == b.end;
@@ -40,12 +45,17 @@ struct block {
 };
 
 /// Transparent huge page mode (`/sys/kernel/mm/transparent_hugepage/enabled`).
-enum class thp_mode { never, madvise, always };
+enum class thp_mode {
+    never,   ///< no transparent huge pages
+    madvise, ///< huge pages where asked for (MADV_HUGEPAGE)
+    always   ///< huge pages wherever possible
+};
 
 /// The page sizes and THP mode a partition is split for: an input, never read while splitting.
 struct page_geometry {
     std::size_t page = 4096;                ///< small page bytes (a power of two)
     std::size_t huge = std::size_t(2) << 20; ///< THP (PMD) huge page bytes (a power of two multiple of page)
+    /// the THP mode the edges are chosen for.
     thp_mode thp = thp_mode::never;
 
     /// \returns the geometry of `topo`: for the running system its page size, THP huge page size and THP
@@ -218,6 +228,7 @@ public:
 
     /// \returns the number of indexes (units, or elements for an `elements()` view), clipped.
     std::size_t size() const noexcept { return count_; }
+    /// \returns whether `size() == 0`.
     bool empty() const noexcept { return count_ == 0; }
     /// \returns the number of units the split is made for (a container's capacity in units).
     std::size_t units() const noexcept { return units_; }
@@ -244,9 +255,13 @@ public:
         if (alignment() < g.huge) return huge_page_advice::forbid;
         return g.thp == thp_mode::madvise ? huge_page_advice::request : huge_page_advice::none;
     }
+    /// \returns the page geometry the split was made for.
     const page_geometry& geometry() const noexcept { return layout_->geometry; }
+    /// \returns the edge alignment asked for (`automatic`, `page`, `huge_page`).
     edge_alignment edge_policy() const noexcept { return layout_->edges; }
+    /// \returns the nodes, in block order.
     const node_set& nodes() const noexcept { return layout_->nodes; }
+    /// \returns the weights, one per node.
     const std::vector<std::size_t>& weights() const noexcept { return layout_->weights; }
 
     /// \returns the number of blocks: one per node of `nodes()` (some may be empty).

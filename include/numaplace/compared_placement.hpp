@@ -38,7 +38,9 @@ enum class compared_kind {
 /// Copy only (moves copy): a moved-from placement keeps its name and allocates as before.
 class compared_placement {
 public:
+    /// \effects copies the name and the placement; a moved-from placement keeps both.
     compared_placement(const compared_placement&) = default;
+    /// \effects copies the name and the placement. \returns `*this`.
     compared_placement& operator=(const compared_placement&) = default;
 
     /// \returns every page on `node`. \throws unknown_node for an id `topology::get()` lacks;
@@ -77,7 +79,9 @@ public:
                                   [p](std::size_t bytes) { return memory::allocate(bytes, p); });
     }
 
+    /// \returns the name, as in the benchmark's `placement:<name>`.
     const std::string& name() const noexcept { return name_; }
+    /// \returns the kind.
     compared_kind kind() const noexcept { return kind_; }
     /// \returns the node of `node_local`, -1 for the others.
     int node() const noexcept { return node_; }
@@ -189,12 +193,17 @@ public:
     placed_array(const placed_array&) = delete;
     placed_array& operator=(const placed_array&) = delete;
 
+    /// \returns the first element.
     T* data() noexcept { return data_; }
+    /// \returns the first element.
     const T* data() const noexcept { return data_; }
     /// \returns the elements: `layout().element_count()`.
     std::size_t size() const noexcept { return count_; }
+    /// \returns `size() * sizeof(T)`.
     std::size_t bytes() const noexcept { return count_ * sizeof(T); }
+    /// \returns the placement that made the array.
     const compared_placement& placement() const noexcept { return how_; }
+    /// \returns small or huge pages, as asked.
     page_choice pages() const noexcept { return pages_; }
     /// \returns the partition the pages follow (`placement().layout(part)`): loops should use it.
     const partition<T>& layout() const noexcept { return layout_; }

@@ -20,6 +20,7 @@ namespace numaplace {
 /// A node id that is not a node of the topology. Names the id and the valid ids.
 class unknown_node : public std::invalid_argument {
 public:
+    /// \effects names `node` and the valid ids `[0, node_count)` in `what()`.
     unknown_node(int node, std::size_t node_count)
         : std::invalid_argument(message(node, node_count)), node_(node), node_count_(node_count) {}
     /// \returns the offending id.
@@ -40,6 +41,7 @@ private:
 /// A placement or partition over no node at all, or an otherwise malformed argument.
 class invalid_placement : public std::invalid_argument {
 public:
+    /// \effects `what()` is "numaplace: " followed by `what`.
     explicit invalid_placement(const std::string& what) : std::invalid_argument("numaplace: " + what) {}
 };
 
@@ -50,12 +52,15 @@ public:
 /// member (a reference-counted, nothrow-copyable string in libstdc++), the details are fields.
 class placement_error : public std::bad_alloc {
 public:
+    /// \effects records the node (-1: several), the request's bytes and the errno; `what()` says all three.
     placement_error(int node, std::size_t bytes, int error_number, const std::string& what)
         : node_(node), bytes_(bytes), errno_(error_number), reason_(what),
           what_("numaplace: " + what + " (node " + (node < 0 ? std::string("any") : std::to_string(node)) +
                 ", " + std::to_string(bytes) + " bytes, errno " + std::to_string(error_number) + ")") {}
     // Copy only (moves copy): a moved-from error keeps its message; copies share it and never throw.
+    /// \effects copies; never throws (the message is shared).
     placement_error(const placement_error&) noexcept = default;
+    /// \effects copies; never throws. \returns `*this`.
     placement_error& operator=(const placement_error&) noexcept = default;
     /// \returns the node id the memory was meant for, or -1 when it concerns several nodes.
     int node() const noexcept { return node_; }
@@ -63,6 +68,7 @@ public:
     std::size_t bytes() const noexcept { return bytes_; }
     /// \returns the `errno` the kernel gave (`ENOMEM` when numaplace refused it beforehand).
     int error_number() const noexcept { return errno_; }
+    /// \returns the message; never allocates.
     const char* what() const noexcept override { return what_.what(); }
     /// \returns the same error for a request of `bytes` (a heap that maps a span or region for a block
     /// says what was asked for, not what it mapped). \throws std::bad_alloc (the message's copy).

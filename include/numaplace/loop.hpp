@@ -13,10 +13,15 @@ namespace numaplace {
 /// The contiguous index range [begin, end) handed to a loop body, and the node it runs on.
 class subrange {
 public:
+    /// \effects the range `[b, e)` on node `node`.
     subrange(std::size_t b, std::size_t e, int node) noexcept : begin_(b), end_(e), node_(node) {}
+    /// \returns the first index.
     std::size_t begin() const noexcept { return begin_; }
+    /// \returns one past the last index.
     std::size_t end() const noexcept { return end_; }
+    /// \returns `end() - begin()`.
     std::size_t size() const noexcept { return end_ - begin_; }
+    /// \returns whether the range is empty.
     bool empty() const noexcept { return begin_ == end_; }
     /// \returns the node whose block this is (and on whose cores it runs).
     int node() const noexcept { return node_; }

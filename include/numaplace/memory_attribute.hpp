@@ -18,7 +18,14 @@ namespace numaplace {
 
 /// What the firmware may say (ACPI HMAT, read by hwloc) about reaching a node's memory from an
 /// initiator's CPUs: bandwidths in MiB/s, latencies in nanoseconds.
-enum class memory_attribute { bandwidth, read_bandwidth, write_bandwidth, latency, read_latency, write_latency };
+enum class memory_attribute {
+    bandwidth,       ///< access bandwidth (MiB/s)
+    read_bandwidth,  ///< read bandwidth (MiB/s)
+    write_bandwidth, ///< write bandwidth (MiB/s)
+    latency,         ///< access latency (ns)
+    read_latency,    ///< read latency (ns)
+    write_latency    ///< write latency (ns)
+};
 
 /// \returns whether `a` is one of the enumerators (a value cast from another integer may be none).
 constexpr bool is_valid(memory_attribute a) noexcept {

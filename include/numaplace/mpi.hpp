@@ -76,6 +76,7 @@ public:
     /// (MPI_COMM_NULL, an intercommunicator: before any communication); communicator_spans_hosts;
     /// std::system_error when a rank's affinity or topology cannot be read (e.g. EMFILE at the descriptor
     /// limit); rank_failed on the ranks that did not fail themselves; mpi_error.
+    /// \returns each rank's node, read from its binding.
     static rank_nodes of(MPI_Comm comm) {
         detail::check_one_host(comm);
         rank_nodes r;

@@ -15,6 +15,7 @@ namespace mpi {
 /// An MPI call returned an error (when the communicator's error handler returns errors at all).
 class mpi_error : public std::runtime_error {
 public:
+    /// \effects records the MPI error code; `what()` says what failed.
     mpi_error(int code, const std::string& what) : std::runtime_error(what), code_(code) {}
     /// \returns the MPI error code.
     int code() const noexcept { return code_; }
@@ -28,6 +29,7 @@ private:
 /// before any communication: each rank decides it alone and all decide the same.
 class invalid_communicator : public std::invalid_argument {
 public:
+    /// \effects `what()` says why the communicator was refused.
     explicit invalid_communicator(const std::string& what) : std::invalid_argument(what) {}
 };
 
@@ -35,12 +37,15 @@ public:
 /// needs them to): `ranks()` ranks, `shared()` of them on this rank's host.
 class communicator_spans_hosts : public std::invalid_argument {
 public:
+    /// \effects records the ranks of the communicator and how many share this host.
     communicator_spans_hosts(int ranks, int shared)
         : std::invalid_argument("numaplace::mpi: the communicator spans hosts: " + std::to_string(shared) + " of its " +
                                 std::to_string(ranks) +
                                 " ranks share this host's memory (split it with MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) first)"),
           ranks_(ranks), shared_(shared) {}
+    /// \returns the number of ranks of the communicator.
     int ranks() const noexcept { return ranks_; }
+    /// \returns the number of ranks that share this rank's host.
     int shared() const noexcept { return shared_; }
 
 private:
@@ -51,7 +56,9 @@ private:
 /// message is in `what()`.
 class rank_failed : public std::runtime_error {
 public:
+    /// \effects names the rank whose part of a collective call failed.
     rank_failed(int rank, const std::string& what) : std::runtime_error(what), rank_(rank) {}
+    /// \returns the rank that failed.
     int rank() const noexcept { return rank_; }
 
 private:

@@ -16,7 +16,12 @@
 namespace numaplace {
 
 /// The groups of counters a scope reads.
-enum class counter_group { numastat, vmstat, software, node_access };
+enum class counter_group {
+    numastat,   ///< per-node allocation counters (`/sys/devices/system/node/node<k>/numastat`)
+    vmstat,     ///< NUMA balancing and migration counters (/proc/vmstat)
+    software,   ///< perf software events of this process (cpu-migrations, page faults, context switches)
+    node_access ///< perf node events: local and remote DRAM accesses (needs a PMU)
+};
 
 /// \returns "numastat", "vmstat", "software" or "node_access".
 inline const char* name(counter_group g) noexcept {
@@ -31,6 +36,7 @@ inline const char* name(counter_group g) noexcept {
 
 /// Whether a group was measured and, if not, exactly why.
 struct group_status {
+    /// whether the group was read.
     bool measured = false;
     bool system_wide = false; ///< counts every process of the machine (numastat, vmstat; node_access per CPU)
     int error = 0;            ///< errno of the failure, or 0
@@ -41,30 +47,46 @@ struct group_status {
 struct numastat_delta {
     int node = -1;          ///< the topology's node id; -1 when the topology is not this system's
     unsigned os_index = 0;  ///< the kernel's node number
+    ///@{
+    /// numastat's counters of this node over the scope, in pages (`/sys/devices/system/node/node<k>/numastat`).
     std::uint64_t numa_hit = 0, numa_miss = 0, numa_foreign = 0, interleave_hit = 0, local_node = 0, other_node = 0;
+    ///@}
 };
 
 /// /proc/vmstat deltas (system-wide); each absent where the kernel has no such counter.
 struct vmstat_delta {
+    ///@{
+    /// the `/proc/vmstat` counter of the same name, over the scope.
     std::optional<std::uint64_t> numa_pages_migrated, numa_hint_faults, numa_hint_faults_local, numa_pte_updates,
         pgmigrate_success, pgmigrate_fail;
+    ///@}
 };
 
 /// This process's software events over the scope (every thread, kernel included).
 struct software_delta {
+    ///@{
+    /// the software event of the same name (perf), over the scope.
     std::optional<std::uint64_t> cpu_migrations, page_faults, context_switches;
+    ///@}
 };
 
 /// One CPU's node events (node_access read per CPU).
 struct cpu_node_access {
+    /// the CPU's number (the kernel's).
     unsigned cpu = 0;
+    ///@{
     std::uint64_t accesses = 0, misses = 0; ///< the raw node-loads and node-load-misses of this CPU
+    ///@}
 };
 
 /// Demand data reads served from DRAM of the local node and of other nodes (PERF_COUNT_HW_CACHE_NODE).
 struct node_access_delta {
+    ///@{
     std::optional<std::uint64_t> local, remote;      ///< where the processor's meaning is known (docs/observe.md)
+    ///@}
+    ///@{
     std::optional<std::uint64_t> accesses, misses;   ///< raw: node read ACCESS ("node-loads"), MISS ("node-load-misses")
+    ///@}
     bool per_cpu = false;                            ///< read per CPU (every process there), else per thread of this process
     std::vector<cpu_node_access> cpus;               ///< per CPU, when per_cpu
 };
@@ -78,8 +100,11 @@ public:
     const group_status& status(counter_group g) const noexcept { return status_[static_cast<std::size_t>(g)]; }
     /// \returns one entry per node (empty unless measured).
     const std::vector<numastat_delta>& numastat() const noexcept { return numastat_; }
+    /// \returns the `/proc/vmstat` deltas (each absent where not measured).
     const vmstat_delta& vmstat() const noexcept { return vmstat_; }
+    /// \returns the software events' deltas (each absent where not measured).
     const software_delta& software() const noexcept { return software_; }
+    /// \returns the node access deltas (each absent where not measured).
     const node_access_delta& node_access() const noexcept { return node_access_; }
     /// \returns the wall time of the scope in seconds.
     double seconds() const noexcept { return seconds_; }

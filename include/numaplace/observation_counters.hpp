@@ -21,7 +21,9 @@ namespace numaplace {
 
 /// One named value.
 struct named_value {
+    /// the counter's name (`numastat.local_node`, `locality`, ...).
     std::string name;
+    /// its value.
     double value = 0;
     /// true: a delta over the whole observed region (a benchmark averages it per iteration); false: a
     /// ratio or a state (locality, pages per node, RMA/LMA) that is reported as it is.
@@ -30,6 +32,7 @@ struct named_value {
 
 /// The values of an observation or of a where() result, and the groups that could not be measured.
 struct counter_set {
+    /// the measured values, in a fixed order.
     std::vector<named_value> values;
     /// Unmeasured groups and why, in counter_group order.
     std::vector<std::pair<counter_group, std::string>> absent;

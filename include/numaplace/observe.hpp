@@ -30,7 +30,10 @@ namespace numaplace {
 
 /// Which groups a scope reads.
 struct observe_options {
+    ///@{
+    /// read this group (numastat, vmstat, software events, node accesses).
     bool numastat = true, vmstat = true, software = true, node_access = true;
+    ///@}
     bool per_cpu = true;                  ///< node_access per CPU where permitted (paranoid <= 0, CAP_PERFMON)
     const topology* of_topology = nullptr; ///< the nodes numastat reports (null: topology::get())
 };
@@ -64,7 +67,9 @@ public:
     explicit observation_scope(observe_options options = {}) : options_(options) { start(); }
     /// \effects makes a scope not started.
     observation_scope(observe_options options, std::defer_lock_t) noexcept : options_(options) {}
+    /// \effects takes `o`'s open counters; `o` is left not started.
     observation_scope(observation_scope&& o) noexcept { *this = std::move(o); }
+    /// \effects closes this scope's counters and takes `o`'s; `o` is left not started. \returns `*this`.
     observation_scope& operator=(observation_scope&& o) noexcept {
         if (this != &o) {
             options_ = o.options_;
@@ -300,7 +305,9 @@ private:
 
 /// Per group, whether observation works here and why not.
 struct observation_support {
+    /// per `counter_group`, in its order.
     std::array<group_status, 4> groups{};
+    /// \returns the status of group `g`.
     const group_status& status(counter_group g) const noexcept { return groups[static_cast<std::size_t>(g)]; }
 };
 

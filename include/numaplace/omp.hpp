@@ -47,6 +47,7 @@ namespace omp {
 /// team: OMP_PROC_BIND=close or spread with OMP_PLACES=cores, sockets or numa_domains.
 class unbound_team : public std::runtime_error {
 public:
+    /// \effects names the thread that made the team unbound.
     unbound_team(int thread, const std::string& what) : std::runtime_error(what), thread_(thread) {}
     /// \returns the thread (its number in the team) whose binding breaks the rule.
     int thread() const noexcept { return thread_; }
@@ -72,11 +73,13 @@ inline int kernel_threads_max() noexcept {
 class team {
 public:
     team() = default;
+    /// \effects copies the team's nodes.
     team(const team&) = default;
+    /// \effects copies the team's nodes. \returns `*this`.
     team& operator=(const team&) = default;
     /// \effects takes `other`'s threads; `other` is left empty (as a default-constructed team).
     team(team&& other) noexcept { swap(other); }
-    /// \effects takes `other`'s threads; `other` is left empty (as a default-constructed team).
+    /// \effects takes `other`'s threads; `other` is left empty (as a default-constructed team). \returns `*this`.
     team& operator=(team&& other) noexcept {
         if (this != &other) {
             team().swap(*this);

@@ -27,6 +27,7 @@ namespace numaplace {
 template <class T>
 class partition {
 public:
+    /// `T`, the element type.
     using value_type = T;
 
     /// An empty partition (size 0, no node).
@@ -76,10 +77,12 @@ public:
                                   std::to_string(sizeof(T)) + "-byte elements");
         return partition(p);
     }
+    /// \returns the untyped partition underneath (units are elements).
     const basic_partition& untyped() const noexcept { return p_; }
 
     /// \returns the number of indexes: rows of a rows partition, elements otherwise.
     std::size_t size() const noexcept { return p_.size(); }
+    /// \returns whether `size() == 0`.
     bool empty() const noexcept { return p_.empty(); }
     /// \returns T's per index (1 for element partitions and element views).
     std::size_t row_length() const noexcept { return p_.row_length(); }
@@ -87,18 +90,31 @@ public:
     std::size_t element_count() const noexcept { return p_.element_count(); }
     /// \returns the units the split was made for (a container's capacity in units).
     std::size_t units() const noexcept { return p_.units(); }
+    /// \returns `sizeof(T)`.
     std::size_t element_size() const noexcept { return sizeof(T); }
+    /// \returns the byte alignment an allocation split by this partition needs.
     std::size_t alignment() const noexcept { return p_.alignment(); }
+    /// \returns the edge step in elements.
     std::size_t step() const noexcept { return p_.step(); }
+    /// \returns whether the placement asks for huge pages (MADV_HUGEPAGE) or keeps them off.
     huge_page_advice huge_pages() const noexcept { return p_.huge_pages(); }
+    /// \returns the page geometry the split was made for.
     const page_geometry& geometry() const noexcept { return p_.geometry(); }
+    /// \returns the edge alignment asked for.
     edge_alignment edge_policy() const noexcept { return p_.edge_policy(); }
+    /// \returns the nodes, in block order.
     const node_set& nodes() const noexcept { return p_.nodes(); }
+    /// \returns the weights, one per node.
     const std::vector<std::size_t>& weights() const noexcept { return p_.weights(); }
+    /// \returns the number of blocks (one per node).
     std::size_t block_count() const noexcept { return p_.block_count(); }
+    /// \returns block `k` (element indexes).
     numaplace::block block(std::size_t k) const noexcept { return p_.block(k); }
+    /// \returns every block, in node order.
     std::vector<numaplace::block> blocks() const { return p_.blocks(); }
+    /// \returns the block that holds element `index`.
     numaplace::block block_of(std::size_t index) const noexcept { return p_.block_of(index); }
+    /// \returns the block of node `node_id` (empty when the node is not in the partition).
     numaplace::block block_on(int node_id) const noexcept { return p_.block_on(node_id); }
 
     /// \returns the same layout split for `m` indexes. \throws invalid_placement on byte overflow, or for

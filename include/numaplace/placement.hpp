@@ -63,11 +63,15 @@ public:
         : node_(node), policy_(policy), fallback_(fb) {
         topology::get().check(node);
     }
+    /// \returns the node.
     int node() const noexcept { return node_; }
+    /// \returns bind or prefer.
     node_policy policy() const noexcept { return policy_; }
+    /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
     /// \returns the node whose small-object pool serves allocations below a page.
     int home_node() const noexcept { return node_; }
+    /// \returns the alignment of an allocation: a page.
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
     /// \effects sets the policy of the untouched range. \returns false if degraded.
     bool apply(void* p, std::size_t bytes) const {
@@ -111,10 +115,15 @@ public:
         topology::get().check(nodes);
         state_ = detail::intern(detail::node_weights{nodes, {}});
     }
+    /// \returns the preferred nodes.
     const node_set& nodes() const noexcept { return state_->nodes; }
+    /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
+    /// \returns the first node (its heap serves allocations below a page).
     int home_node() const noexcept { return state_->nodes[0]; }
+    /// \returns the alignment of an allocation: a page.
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
+    /// \effects binds `[p, p + bytes)` with MPOL_PREFERRED_MANY. \returns true if placed; false when a degrading placement fell back (recorded). \throws placement_error when a strict one is refused.
     bool apply(void* p, std::size_t bytes) const {
         return detail::place(p, bytes, memory::policy_mode::preferred_many, nodes(), fallback_);
     }
@@ -161,9 +170,11 @@ public:
         }
         state_ = detail::intern(detail::node_weights{nodes, std::move(weights)});
     }
+    /// \returns the nodes, in interleave order.
     const node_set& nodes() const noexcept { return state_->nodes; }
     /// \returns the reduced weights, empty when uniform.
     const std::vector<std::size_t>& weights() const noexcept { return state_->weights; }
+    /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
     /// \returns the first node with a non-zero weight (its heap serves allocations below a page).
     int home_node() const noexcept {
@@ -172,7 +183,9 @@ public:
             if (w[k] != 0) return state_->nodes[k];
         return state_->nodes[0];
     }
+    /// \returns the alignment of an allocation: a page.
     std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
+    /// \effects interleaves `[p, p + bytes)` over the nodes (by weight). \returns true if placed; false when a degrading placement fell back (recorded). \throws placement_error when a strict one is refused.
     bool apply(void* p, std::size_t bytes) const {
         if (weights().empty()) {
             // Huge pages would interleave 2 MiB at a time; keep page granularity.
@@ -219,6 +232,7 @@ public:
     const basic_partition& partition() const noexcept { return partition_; }
     /// \returns the bytes of one element of the partition.
     std::size_t element_size() const noexcept { return partition_.element_size(); }
+    /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
     /// \returns the split of an allocation of `bytes` (unit indexes).
     basic_partition partition_for(std::size_t bytes) const noexcept { return partition_.for_bytes(bytes); }
@@ -231,11 +245,13 @@ public:
             if (w[k] != 0) return partition_.nodes()[k];
         return partition_.nodes().empty() ? 0 : partition_.nodes()[0];
     }
+    /// \returns the alignment of an allocation of `bytes`: its split's edge alignment.
     std::size_t alignment(std::size_t bytes) const noexcept { return partition_for(bytes).alignment(); }
     /// \effects binds block k's pages to node k (block edges are page- or huge-page-aligned from `p`,
     /// which must be aligned to `alignment(bytes)`); THP per the partition's `huge_pages()`: kept off when
     /// edges are small-page aligned and THP is on (so a degraded, first-touch placement still splits
-    /// correctly), requested when edges are huge-page aligned and THP is `madvise`.
+    /// correctly), requested when edges are huge-page aligned and THP is `madvise`. \returns true if
+    /// placed; false when a degrading placement fell back (recorded). \throws placement_error (strict).
     bool apply(void* p, std::size_t bytes) const {
         const basic_partition part = partition_for(bytes);
         detail::placed_buffers::instance().placed(p, memory::page_round(bytes), partition_); // replace.hpp reads it

@@ -28,7 +28,9 @@ namespace numaplace {
 template <class Placement>
 class page_resource : public std::pmr::memory_resource {
 public:
+    /// \effects a resource that places every allocation by `placement`.
     explicit page_resource(Placement placement) : placement_(std::move(placement)) {}
+    /// \returns the placement.
     const Placement& placement() const noexcept { return placement_; }
 
 private:
@@ -50,7 +52,9 @@ private:
 /// an alignment that is not a power of two, `placement_error` (EINVAL).
 class node_pool_resource : public std::pmr::memory_resource {
 public:
+    /// \effects a pool of small objects on `node` (bound; degrading: falls back to first touch, recorded).
     explicit node_pool_resource(int node) : pages_(node, node_policy::bind, fallback::degrade) {}
+    /// \returns the node.
     int node() const noexcept { return pages_.node(); }
 
 private:

@@ -68,7 +68,7 @@ replace_report replace(const T* data, const partition<T>& part, fallback fb = fa
 }
 
 /// \effects for a contiguous container (`data()`, `size()`) whose allocator is not partitioned:
-/// `replace(c.data(), c.size() * sizeof(T), target, opts)`.
+/// `replace(c.data(), c.size() * sizeof(T), target, opts)`. \returns its report.
 template <class Container, class Target,
           class = std::enable_if_t<std::is_same<Target, on_node>::value || std::is_same<Target, interleaved>::value>,
           class = decltype(std::declval<Container&>().data(), std::declval<Container&>().size())>

@@ -59,11 +59,13 @@ struct replace_options {
 /// Pages that could not move, for one errno.
 struct replace_failure {
     int error = 0;         ///< EPERM, EACCES, EBUSY, ENOMEM; EFAULT: not mapped
+    /// how many pages failed with this errno.
     std::size_t pages = 0;
 };
 
 /// What a `replace` call did, over the pages it examined: [first_page, resume_at) of the range's pages.
 struct replace_report {
+    /// the page size the counts are in.
     std::size_t page_size = 0;
     std::size_t pages = 0;       ///< pages the range overlaps
     std::size_t first_page = 0;  ///< where this call started (options.resume_at)
@@ -85,6 +87,7 @@ struct replace_report {
     /// earlier, budget-stopped call's policy or advice already split.
     std::size_t huge_pages_split = 0;
     bool huge_pages_split_exact = true; ///< false: `huge_pages_split` is an upper bound (see there)
+    /// the call's wall time.
     std::chrono::nanoseconds elapsed{0};
 
     /// \returns the pages that could not move (pages not mapped included, as EFAULT).
@@ -139,10 +142,13 @@ struct replace_report {
 /// Copies share the report (never throw).
 class replace_error : public placement_error {
 public:
+    /// \effects a `placement_error` carrying `report`.
     replace_error(int node, std::size_t bytes, int error_number, const std::string& what,
                   std::shared_ptr<const replace_report> report)
         : placement_error(node, bytes, error_number, what), report_(std::move(report)) {}
+    /// \effects copies; never throws (the report is shared).
     replace_error(const replace_error&) noexcept = default;
+    /// \effects copies; never throws. \returns `*this`.
     replace_error& operator=(const replace_error&) noexcept = default;
     /// \returns what the call did (pages per node before and after, failures per errno).
     const replace_report& report() const noexcept { return *report_; }

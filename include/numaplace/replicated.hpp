@@ -60,8 +60,11 @@ class replicated {
 public:
     /// One copy: its node, its data, whether binding it was refused (degrading).
     struct copy {
+        /// the node the copy is on.
         int node = -1;
+        /// the copy.
         T* data = nullptr;
+        /// whether the copy is bound to its node (false: degraded, recorded).
         bool bound = false;
     };
 
@@ -115,7 +118,9 @@ public:
 
     replicated(const replicated&) = delete;
     replicated& operator=(const replicated&) = delete;
+    /// \effects takes `other`'s copies; `other` is left empty.
     replicated(replicated&& other) noexcept { steal(other); }
+    /// \effects frees this object's copies and takes `other`'s; `other` is left empty. \returns `*this`.
     replicated& operator=(replicated&& other) noexcept {
         if (this != &other) {
             release();
@@ -127,6 +132,7 @@ public:
 
     /// \returns the number of elements of each copy.
     std::size_t size() const noexcept { return size_; }
+    /// \returns whether it holds no element.
     bool empty() const noexcept { return size_ == 0; }
     /// \returns the nodes that hold a copy (in order).
     const node_set& nodes() const noexcept { return nodes_; }
@@ -134,6 +140,7 @@ public:
     const std::vector<copy>& copies() const noexcept { return copies_; }
     /// \returns the bytes one copy takes (whole pages); `bytes()` is all copies together.
     std::size_t bytes_per_copy() const noexcept { return memory::page_round(size_ * sizeof(T)); }
+    /// \returns the bytes of every copy together.
     std::size_t bytes() const noexcept { return bytes_per_copy() * copies_.size(); }
     /// \returns whether some copy's binding was refused (degrading: left to first touch).
     bool degraded() const noexcept {

@@ -22,6 +22,7 @@ namespace numaplace {
 
 /// Nodes that one initiator reaches with the same bandwidth and the same latency (either may be unknown).
 struct memory_tier_row {
+    /// the nodes this initiator reaches with these values.
     node_set nodes;
     std::optional<std::uint64_t> bandwidth; ///< MiB/s, as `memory_tiers::value_of` gives it
     std::optional<std::uint64_t> latency;   ///< ns, as `memory_tiers::value_of` gives it
@@ -30,6 +31,7 @@ struct memory_tier_row {
 
 /// What `numaplace-info` shows of one initiator's tiers: every node with its own bandwidth and latency.
 struct memory_tier_table {
+    /// the initiator node whose view this is.
     int initiator = -1;
     std::optional<memory_attribute> ranked_by; ///< bandwidth if any node has one, else latency if any, else none
     std::vector<memory_tier_row> rows;         ///< by rank (best first), then by the other attribute (best first, unknown last)

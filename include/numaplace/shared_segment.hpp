@@ -43,8 +43,8 @@ namespace numaplace {
 
 /// One process's part of a shared segment: `pages` whole pages placed on `node`.
 struct segment_part {
-    int node = -1;
-    std::size_t pages = 0;
+    int node = -1;         ///< the node the part's pages are bound to
+    std::size_t pages = 0; ///< how many pages
 };
 
 /// The layout of a shared segment: consecutive blocks of whole pages, one per process, in the order
@@ -79,7 +79,7 @@ public:
 
     /// \returns the number of parts.
     std::size_t size() const noexcept { return parts_.size(); }
-    const std::vector<segment_part>& parts() const noexcept { return parts_; }
+    const std::vector<segment_part>& parts() const noexcept { return parts_; } ///< \returns the parts, in block order.
     /// \returns the whole segment's size in bytes.
     std::size_t bytes() const noexcept { return offsets_.empty() ? 0 : offsets_.back(); }
     /// \returns the byte offset of part `k` (`k == size()` gives `bytes()`). \requires k <= size().
@@ -120,9 +120,9 @@ private:
 
 /// A block of a mapped segment.
 struct segment_block {
-    char* data = nullptr;
-    std::size_t bytes = 0;
-    int node = -1;
+    char* data = nullptr;  ///< the block's first byte in this process
+    std::size_t bytes = 0; ///< its size
+    int node = -1;         ///< its node
 };
 
 namespace detail {
@@ -173,7 +173,7 @@ public:
     /// file system, /dev/shm for a named one, has less room than the segment), or, if `fb` is
     /// strict, the binding (e.g. EPERM under a seccomp filter; ENOMEM when a part exceeds its node's
     /// memory); a degrading segment then leaves the pages to first touch and records it in
-    /// `degradations()`. Nothing is left behind when it throws.
+    /// `degradations()`. Nothing is left behind when it throws. \returns the segment, mapped.
     static shared_segment create(const segment_layout& layout, fallback fb = fallback::strict) {
         check_layout(layout);
         check_nodes(layout);
@@ -187,7 +187,7 @@ public:
     /// `shm_open`), which must not exist yet. This object unlinks the name when it is destroyed in the
     /// creating process (mappings and descriptors others hold stay valid).
     /// \throws invalid_placement for a malformed name; std::system_error when `shm_open` fails (EEXIST:
-    /// the name exists); as `create` otherwise (the name is unlinked again).
+    /// the name exists); as `create` otherwise (the name is unlinked again). \returns the segment, mapped.
     static shared_segment create(const std::string& name, const segment_layout& layout,
                                  fallback fb = fallback::strict) {
         detail::check_shm_name(name);
@@ -221,7 +221,7 @@ public:
     /// \throws invalid_placement for a malformed name or when the segment's size is not
     /// `layout.bytes()` (+ its trailer page) or another layout made it; std::system_error when `shm_open`
     /// fails (ENOENT: no such name yet), or EAGAIN when the creator did not finish in time;
-    /// placement_error when mapping fails.
+    /// placement_error when mapping fails. \returns the segment, mapped.
     static shared_segment open(const std::string& name, const segment_layout& layout) {
         detail::check_shm_name(name);
         check_layout(layout);
@@ -231,15 +231,15 @@ public:
         return make_opened(std::move(fd), layout);
     }
 
-    /// \effects maps the segment open at `fd` (duplicated: the caller keeps `fd`), whose layout must be
-    /// `layout`. \throws as `open`; std::system_error when `fd` cannot be duplicated or examined.
+    /// \effects maps the segment open at `fd` (duplicated: the caller keeps `fd`; layout `layout`).
+    /// \returns it, mapped. \throws as `open`; std::system_error when `fd` cannot be duplicated or examined.
     static shared_segment open_fd(int fd, const segment_layout& layout) {
         check_layout(layout);
         detail::unique_fd own(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
         if (own.get() < 0) throw std::system_error(errno, std::generic_category(), "numaplace: dup of segment fd");
         return make_opened(std::move(own), layout);
     }
-
+    /// \effects takes `o`'s mapping; `o` is left empty.
     shared_segment(shared_segment&& o) noexcept
         : fd_(std::move(o.fd_)), data_(std::exchange(o.data_, nullptr)), layout_(std::move(o.layout_)),
           name_(std::move(o.name_)), creator_pid_(std::exchange(o.creator_pid_, 0)),
@@ -247,6 +247,7 @@ public:
         o.layout_ = segment_layout();
         o.name_.clear();
     }
+    /// \effects unmaps this segment and takes `o`'s mapping; `o` is left empty. \returns `*this`.
     shared_segment& operator=(shared_segment&& o) noexcept {
         if (this != &o) {
             release();
@@ -436,7 +437,6 @@ private:
         creator_pid_ = 0;
         bound_ = false;
     }
-
     detail::unique_fd fd_;
     char* data_ = nullptr;
     segment_layout layout_;

@@ -24,6 +24,7 @@ namespace numaplace {
 
 /// A tier: the nodes an initiator reaches with the same value of an attribute.
 struct memory_tier {
+    /// the nodes of the tier.
     node_set nodes;
     std::uint64_t value = 0; ///< MiB/s (bandwidths) or ns (latencies)
 };
@@ -31,12 +32,15 @@ struct memory_tier {
 /// The firmware gives no value of the attribute from this initiator (no HMAT).
 class memory_attributes_unknown : public invalid_placement {
 public:
+    /// \effects names the initiator and the attribute the firmware does not give.
     memory_attributes_unknown(int initiator, memory_attribute attr)
         : invalid_placement("memory tiers: the firmware gives no " + std::string(name(attr)) + " from node " +
                             std::to_string(initiator) +
                             " (no ACPI HMAT: tiers unknown; numaplace-info says 'memory attributes (HMAT): NO')"),
           initiator_(initiator), attribute_(attr) {}
+    /// \returns the initiator node.
     int initiator() const noexcept { return initiator_; }
+    /// \returns the attribute asked for.
     memory_attribute attribute() const noexcept { return attribute_; }
 
 private:
@@ -49,11 +53,13 @@ private:
 class memory_tiers {
 public:
     memory_tiers() = default;
+    /// \effects copies the tiers.
     memory_tiers(const memory_tiers&) = default;
+    /// \effects copies the tiers. \returns `*this`.
     memory_tiers& operator=(const memory_tiers&) = default;
     /// \effects takes `other`'s tiers; `other` is left as a default-constructed value.
     memory_tiers(memory_tiers&& other) noexcept { swap(other); }
-    /// \effects takes `other`'s tiers; `other` is left as a default-constructed value.
+    /// \effects takes `other`'s tiers; `other` is left as a default-constructed value. \returns `*this`.
     memory_tiers& operator=(memory_tiers&& other) noexcept {
         if (this != &other) {
             memory_tiers().swap(*this);

@@ -35,15 +35,24 @@ namespace numaplace {
 class node_set {
 public:
     node_set() = default;
+    /// \effects the set of `ids`, sorted, duplicates removed.
     node_set(std::initializer_list<int> ids) : ids_(ids) { normalise(); }
+    /// \effects the set of `ids`, sorted, duplicates removed.
     explicit node_set(std::vector<int> ids) : ids_(std::move(ids)) { normalise(); }
 
+    /// \returns whether the set is empty.
     bool empty() const noexcept { return ids_.empty(); }
+    /// \returns the number of ids.
     std::size_t size() const noexcept { return ids_.size(); }
+    /// \returns whether `id` is in the set.
     bool contains(int id) const noexcept { return std::binary_search(ids_.begin(), ids_.end(), id); }
+    /// \returns the first id (ascending order).
     auto begin() const noexcept { return ids_.begin(); }
+    /// \returns one past the last id.
     auto end() const noexcept { return ids_.end(); }
+    /// \returns the `i`-th id in ascending order.
     int operator[](std::size_t i) const noexcept { return ids_[i]; }
+    /// \returns the ids, ascending.
     const std::vector<int>& ids() const noexcept { return ids_; }
 
     friend bool operator==(const node_set& a, const node_set& b) noexcept { return a.ids_ == b.ids_; }
@@ -78,8 +87,10 @@ struct capabilities {
     bool memory_binding = false;      ///< `mbind(MPOL_BIND)` works
     int memory_binding_errno = 0;     ///< why not (EPERM: a seccomp filter or container policy)
     bool page_query = false;          ///< `move_pages` query works (needed by `where`)
+    /// errno of the page query probe (0: it works).
     int page_query_errno = 0;
     bool cpu_binding = false;         ///< threads can be pinned (hwloc_set_cpubind)
+    /// errno of the CPU binding probe (0: it works).
     int cpu_binding_errno = 0;
     bool preferred_many = false;      ///< MPOL_PREFERRED_MANY (Linux >= 5.15)
     bool weighted_interleave = false; ///< MPOL_WEIGHTED_INTERLEAVE (Linux >= 6.9; weights are system-wide)
@@ -120,6 +131,7 @@ public:
 
     /// \returns the number of nodes.
     std::size_t size() const noexcept { return nodes_.size(); }
+    /// \returns every node, by id.
     const std::vector<node>& nodes() const noexcept { return nodes_; }
     /// \returns node `id`. \throws unknown_node.
     const node& at(int id) const {
@@ -203,7 +215,7 @@ public:
     /// \returns whether this is the running system (capabilities probed) or a synthetic/XML one.
     bool is_this_system() const noexcept { return hwloc_topology_is_thissystem(topo_.get()) != 0; }
 
-    /// The process's topology, made on first use (see detail/fork.hpp).
+    /// The process's topology, made on first use (see detail/fork.hpp). \returns its cell.
     static detail::lazy_global<const topology>& system_cell() noexcept {
         static detail::lazy_global<const topology> cell; // constant-initialised: no guard
         return cell;

@@ -30,6 +30,7 @@ namespace numaplace {
 
 /// Pages of a range per node.
 struct page_histogram {
+    /// the page size the counts are in.
     std::size_t page_size = 0;
     std::size_t pages = 0;             ///< pages the range spans
     std::size_t untouched = 0;         ///< not yet faulted in (no physical page)
@@ -51,6 +52,7 @@ struct page_histogram {
 /// Pages of a range compared with where they should be (a partition's blocks, or any element-to-node
 /// map): a page is local when it is on the node expected for the element that owns it.
 struct partition_locality {
+    /// pages per node, of the whole range.
     page_histogram histogram;
     std::size_t local = 0;    ///< touched pages on their block's node
     std::size_t remote = 0;   ///< touched pages elsewhere

@@ -1,12 +1,16 @@
-// README attacks, across every component (tests/stress): programs written from the README alone (DGEMV
-// by rows, the allocator snippets, parallel_reduce, where/locality), checked for exact results; plus
-// weighted interleave with zero weights.
+// README attacks, across every component (tests/stress): README.md's code blocks as the README prints
+// them (extracted at configure time by tests/CMakeLists.txt into readme/<name>.{head,body}.inc: the
+// #include lines at file scope, the rest inside a function here, which supplies what the fragment
+// leaves to its reader and checks what it computed); plus weighted interleave with zero weights and
+// small partitioned allocations.
+
+#include "dgemv.head.inc"
+#include "tour.head.inc"
 
 #include <numaplace/numaplace.hpp>
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <map>
@@ -18,61 +22,62 @@ namespace np = numaplace;
 using namespace numaplace;
 
 namespace {
-double a(std::size_t i, std::size_t j) { return static_cast<double>((i * 7 + j * 3) % 11); }
+
+// README "The worked example": the DGEMV fragment for an M x N matrix with a(i, j) of its own.
+void readme_dgemv(std::size_t M, std::size_t N) {
+    const auto a = [](std::size_t i, std::size_t j) { return static_cast<double>((i * 7 + j * 3) % 11); };
+#include "dgemv.body.inc"
+    // What the fragment computed: c = A*b with b all ones, row by row; where() over every page of A.
+    for (std::size_t i = 0; i < M; ++i) {
+        double s = 0;
+        for (std::size_t j = 0; j < N; ++j) s += a(i, j);
+        ASSERT_EQ(c[i], s) << M << "x" << N << " row " << i;
+    }
+    EXPECT_EQ(l.histogram.pages, l.histogram.touched());
+    if (topology::get().capabilities().memory_binding) {
+        EXPECT_EQ(l.remote, 0u) << M << "x" << N;
+        EXPECT_EQ(l.fraction(), 1.0) << M << "x" << N;
+    }
+    EXPECT_EQ(h.pages, l.histogram.pages);
+}
+
+// README "A tour": the placements, loops, pmr, replace and where in one fragment (nodes 0 and 1).
+std::vector<double> load_in_one_thread() { return std::vector<double>(std::size_t(1) << 20, 2.0); }
+
+void readme_tour(std::size_t n) {
+#include "tour.body.inc"
+    const topology& topo = topology::get();
+    const bool binds = topo.capabilities().memory_binding;
+    EXPECT_EQ(sum, static_cast<double>(n));
+    const page_histogram ha = where(a.data(), a.size() * sizeof(double));
+    const page_histogram hb = where(b.data(), b.size() * sizeof(double));
+    if (binds) {
+        EXPECT_EQ(ha.on(1), ha.touched()); // a's pages on node 1
+        EXPECT_LE(hb.on(0) > hb.on(1) ? hb.on(0) - hb.on(1) : hb.on(1) - hb.on(0), 1u); // round robin
+        EXPECT_EQ(l.remote, 0u);
+        EXPECT_EQ(l.fraction(), 1.0);
+    }
+    EXPECT_EQ(weighted.placement().weights(), (std::vector<std::size_t>{2, 1}));
+    for (int i = 0; i < 1000; ++i) m.emplace(i, std::pmr::string(std::size_t(i % 100), 'q'));
+    EXPECT_EQ(std::string(m.at(999).begin(), m.at(999).end()), std::string(99, 'q'));
+    std::pmr::vector<int> w(100000, 3, &pages);
+    EXPECT_EQ(w[99999], 3);
+    EXPECT_EQ(h.pages, l.histogram.pages);
+    EXPECT_TRUE(r.done());
+    EXPECT_TRUE(r.failures.empty());
+    for (double x : v) ASSERT_EQ(x, 2.0); // contents kept
+}
+
 } // namespace
 
 TEST(readme_attack, dgemv_by_rows) {
-    for (std::size_t M : {std::size_t(1), std::size_t(3), std::size_t(1000)}) {
-        for (std::size_t N : {std::size_t(1), std::size_t(511), std::size_t(1024)}) {
-            const auto rows = partition<double>::rows(M, N);
-            partitioned_vector<double> A(M * N, partitioned_allocator<double>(rows));
-            partitioned_vector<double> c(M);
-            std::vector<double> b(N, 1.0);
-            std::vector<std::atomic<int>> visits(M);
-            parallel_for(rows, [&](subrange r) {
-                for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                    visits[i].fetch_add(1);
-                    for (std::size_t j = 0; j < N; ++j) A[i * N + j] = a(i, j);
-                }
-            });
-            parallel_for(rows, [&](subrange r) {
-                for (std::size_t i = r.begin(); i < r.end(); ++i) {
-                    double s = 0;
-                    for (std::size_t j = 0; j < N; ++j) s += A[i * N + j] * b[j];
-                    c[i] = s;
-                }
-            });
-            for (std::size_t i = 0; i < M; ++i) {
-                ASSERT_EQ(visits[i].load(), 1);
-                double s = 0;
-                for (std::size_t j = 0; j < N; ++j) s += a(i, j);
-                ASSERT_EQ(c[i], s) << M << "x" << N << " row " << i;
-            }
-            const partition_locality l = where(A.data(), rows);
-            EXPECT_EQ(l.histogram.pages, l.histogram.touched());
-            if (topology::get().capabilities().memory_binding) EXPECT_EQ(l.remote, 0u) << M << "x" << N;
-            const page_histogram h = where(A);
-            EXPECT_EQ(h.pages, l.histogram.pages);
-        }
-    }
+    for (std::size_t M : {std::size_t(1), std::size_t(3), std::size_t(1000)})
+        for (std::size_t N : {std::size_t(1), std::size_t(511), std::size_t(1024)}) readme_dgemv(M, N);
 }
 
-TEST(readme_attack, reduce_and_pmr) {
-    const std::size_t n = 1000001;
-    std::vector<double> c(n, 1.0);
-    partition<double> part(n);
-    double sum = parallel_reduce(part, 0.0, [&](subrange r, double s) {
-        for (std::size_t i = r.begin(); i < r.end(); ++i) s += c[i];
-        return s;
-    }, std::plus<>());
-    EXPECT_EQ(sum, static_cast<double>(n));
-    const int last = topology::get().all()[topology::get().size() - 1];
-    std::pmr::map<int, std::pmr::string> m(&node_pool(last));
-    for (int i = 0; i < 1000; ++i) m.emplace(i, std::pmr::string(std::size_t(i % 100), 'q'));
-    EXPECT_EQ(std::string(m.at(999).begin(), m.at(999).end()), std::string(99, 'q'));
-    page_resource<interleaved> pages{interleaved(topology::get().all())};
-    std::pmr::vector<int> v(100000, 3, &pages);
-    EXPECT_EQ(v[99999], 3);
+TEST(readme_attack, tour) {
+    if (topology::get().size() < 2) GTEST_SKIP() << "needs two nodes (the README's tour names nodes 0 and 1)";
+    for (std::size_t n : {std::size_t(1), std::size_t(1000001)}) readme_tour(n);
 }
 
 TEST(readme_attack, weighted_interleave_with_zero_weights) {

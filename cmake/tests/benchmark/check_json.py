@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks the Google Benchmark JSON of README.md's placement example (compare_placements).
+"""Checks the Google Benchmark JSON of docs/guide.md's placement example (compare_placements).
 
   check_json.py [--nodes N] results.json
 
