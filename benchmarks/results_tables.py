@@ -63,7 +63,7 @@ def footer(directory, files):
 
 
 def workloads(directory):
-    runs, warnings, _ = workloads_summary.load(directory)
+    runs, warnings = workloads_summary.load(directory)[:2]
     if not runs:
         raise SystemExit("results_tables.py: no workload JSON in %s" % directory)
     order = workloads_summary.ORDER
