@@ -186,9 +186,9 @@ check_syscalls() {
     local include=$1 hits
     # (::|\b)name\s*\( in ERE for awk: preceded by a non-word character or at the start of the line
     local calls='mmap|munmap|madvise|mremap|mincore|syscall|shm_open|shm_unlink|ftruncate|sys_mbind|sys_move_pages|sys_set_mempolicy'
-    hits=$(grep_code "$include" "(^|[^A-Za-z0-9_])($calls)[[:space:]]*[(]" no detail/linux.hpp detail/perf_event.hpp)
+    hits=$(grep_code "$include" "(^|[^A-Za-z0-9_])($calls)[[:space:]]*[(]" no detail/linux.hpp detail/perf_event.hpp detail/hugetlb.hpp)
     if [ -n "$hits" ]; then
-        echo "raw system calls outside detail/linux.hpp and detail/perf_event.hpp (add an os_* function there and call it):"
+        echo "raw system calls outside detail/linux.hpp, detail/perf_event.hpp and detail/hugetlb.hpp (add an os_* function there and call it):"
         echo "$hits"
         return 1
     fi
