@@ -4,7 +4,8 @@
 #
 #   layering.sh pulls|probe <rule> <table> <include-dir> <header_alone.cpp> <c++> <flags, joined by |>
 #   layering.sh direct <rule> <table> <include-dir>
-#   layering.sh syscalls <include-dir>     no raw system call outside detail/linux.hpp (perf_event_open: detail/perf_event.hpp)
+#   layering.sh syscalls <include-dir>     no raw system call outside detail/linux.hpp (perf_event_open: detail/perf_event.hpp;
+#                                          MAP_HUGETLB: detail/hugetlb.hpp)
 #   layering.sh atfork <include-dir>       no pthread_atfork outside detail/fork.hpp
 #   layering.sh lines <include-dir> [max]  no header over max (450) lines
 set -uo pipefail

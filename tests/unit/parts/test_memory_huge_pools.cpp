@@ -8,6 +8,7 @@
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/huge_pages.hpp>
 #include <numaplace/placement.hpp>
+#include <numaplace/replicated.hpp>
 #include <numaplace/where.hpp>
 
 #include <gtest/gtest.h>
@@ -239,6 +240,23 @@ TEST(huge_pages_pools, freed_blocks_are_reused_by_the_same_placement_only) {
     huge.deallocate(b, 2 * two_mib);
     release_cached_memory();
     EXPECT_EQ(free_pages(0), 2);
+}
+
+TEST(huge_pages_pools, replicated_copies_each_on_its_nodes_pool) {
+    RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
+    const std::size_t n = 2 * two_mib / sizeof(double);
+    const std::vector<double> source(n, 1.5);
+    const std::vector<long> before = frees();
+    {
+        const replicated<double> r(source.data(), n, topology::get().all(), fallback::strict, page_size::explicit_2m);
+        for (const auto& c : r.copies()) {
+            EXPECT_EQ(where_page_sizes(c.data, n * sizeof(double)).bytes_on(two_mib), n * sizeof(double)) << "node " << c.node;
+            EXPECT_EQ(where(c.data, n * sizeof(double)).on(c.node), n * sizeof(double) / detail::page_size());
+            EXPECT_EQ(c.data[n - 1], 1.5);
+            EXPECT_EQ(free_pages(c.node), before[static_cast<std::size_t>(c.node)] - 2) << "node " << c.node;
+        }
+    }
+    EXPECT_EQ(frees(), before);
 }
 
 TEST(huge_pages_pools, one_gib_pages_where_the_machine_has_them) {
