@@ -44,7 +44,7 @@ inline std::vector<std::size_t> os_hugetlb_sizes() {
     if (!d) return sizes;
     while (const dirent* e = ::readdir(d)) {
         unsigned long kb = 0;
-        if (std::sscanf(e->d_name, "hugepages-%lukB", &kb) == 1 && kb != 0) sizes.push_back(std::size_t(kb) << 10);
+        if (std::sscanf(e->d_name, "hugepages-%lukB", &kb) == 1 && kb != 0) sizes.push_back(kb << 10);
     }
     ::closedir(d);
     for (std::size_t i = 1; i < sizes.size(); ++i) // insertion sort: two or three sizes
@@ -115,13 +115,13 @@ inline int os_dont_fork(void* p, std::size_t length) noexcept {
 }
 
 /// \returns this process's id (a forked child's differs from its parent's).
-inline int os_process_id() noexcept { return static_cast<int>(::getpid()); }
+inline int os_process_id() noexcept { return ::getpid(); }
 
 /// \returns RLIMIT_MEMLOCK's soft limit in bytes (SIZE_MAX: unlimited or unreadable).
 inline std::size_t os_memlock_limit() noexcept {
     rlimit r{};
     if (::getrlimit(RLIMIT_MEMLOCK, &r) != 0 || r.rlim_cur == RLIM_INFINITY) return SIZE_MAX;
-    return static_cast<std::size_t>(r.rlim_cur);
+    return r.rlim_cur;
 }
 
 /// \returns whether a hugetlbfs is mounted (/proc/mounts). MAP_HUGETLB needs none (the kernel's own
@@ -228,13 +228,13 @@ inline bool os_mapped_page_sizes(std::uintptr_t lo, std::uintptr_t hi, mapped_pa
             a = x;
             b = y;
         } else if (at_start && b > lo && a < hi && std::sscanf(line, "KernelPageSize: %lu kB", &kb) == 1) {
-            const std::size_t bytes = (b < hi ? b : hi) - (a > lo ? a : lo), page = std::size_t(kb) << 10;
+            const std::size_t bytes = (b < hi ? b : hi) - (a > lo ? a : lo), page = kb << 10;
             bool found = false;
             for (auto& e : out.by_size)
                 if (e.first == page) e.second += bytes, found = true;
             if (!found) out.by_size.emplace_back(page, bytes);
         } else if (at_start && a >= lo && b <= hi && std::sscanf(line, "AnonHugePages: %lu kB", &kb) == 1) {
-            out.transparent_huge += std::size_t(kb) << 10;
+            out.transparent_huge += kb << 10;
         }
         at_start = std::strchr(line, '\n') != nullptr;
     }
