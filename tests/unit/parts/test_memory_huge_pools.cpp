@@ -242,6 +242,47 @@ TEST(huge_pages_pools, freed_blocks_are_reused_by_the_same_placement_only) {
     EXPECT_EQ(free_pages(0), 2);
 }
 
+TEST(huge_pages_pools, interleaved_whole_pages_and_weighted_runs_from_each_nodes_pool) {
+    if (nodes() < 2) GTEST_SKIP() << "needs two nodes";
+    RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 4));
+    const std::vector<long> before = frees();
+    // equal weights: the kernel interleaves whole explicit pages, 2 per node
+    const std::size_t bytes = 2 * static_cast<std::size_t>(nodes()) * two_mib;
+    void* p = memory::allocate(bytes, interleaved().with_pages(page_size::explicit_2m));
+    EXPECT_EQ(where_page_sizes(p, bytes).bytes_on(two_mib), bytes);
+    for (int k = 0; k < nodes(); ++k) EXPECT_EQ(free_pages(k), before[static_cast<std::size_t>(k)] - 2) << "node " << k;
+    memory::unmap(p, bytes);
+    EXPECT_EQ(frees(), before);
+    // weights {2, 1, ...}: runs of 2 pages on node 0, 1 on the others, two rounds
+    std::vector<std::size_t> w(static_cast<std::size_t>(nodes()), 1);
+    w[0] = 2;
+    const std::size_t runs = 2 * (static_cast<std::size_t>(nodes()) + 1) * two_mib;
+    void* q = memory::allocate(runs, interleaved(topology::get().all(), w).with_pages(page_size::explicit_2m));
+    EXPECT_EQ(where_page_sizes(q, runs).bytes_on(two_mib), runs);
+    for (int k = 0; k < nodes(); ++k)
+        EXPECT_EQ(free_pages(k), before[static_cast<std::size_t>(k)] - (k == 0 ? 4 : 2)) << "node " << k;
+    memory::touch(q, runs);
+    EXPECT_EQ(where(q, 2 * two_mib).on(0), 2 * two_mib / detail::page_size()) << "the first run on node 0";
+    memory::unmap(q, runs);
+    EXPECT_EQ(frees(), before);
+}
+
+TEST(huge_pages_pools, a_preferring_placement_takes_another_nodes_page_a_bound_one_never) {
+    if (nodes() < 2) GTEST_SKIP() << "needs two nodes";
+    std::vector<long> counts(static_cast<std::size_t>(nodes()), 2);
+    counts[0] = 0; // node 0's pool empty
+    RESERVE_OR_SKIP(pools, counts);
+    const std::vector<long> before = frees();
+    EXPECT_THROW(memory::allocate(two_mib, on_node(0).with_pages(page_size::explicit_2m)), placement_error);
+    EXPECT_EQ(frees(), before);
+    void* p = memory::allocate(two_mib, on_node(0, node_policy::prefer).with_pages(page_size::explicit_2m));
+    EXPECT_EQ(where_page_sizes(p, two_mib).bytes_on(two_mib), two_mib);
+    long taken = 0;
+    for (int k = 0; k < nodes(); ++k) taken += before[static_cast<std::size_t>(k)] - free_pages(k);
+    EXPECT_EQ(taken, 1) << "one page, from another node's pool";
+    memory::unmap(p, two_mib);
+}
+
 TEST(huge_pages_pools, replicated_copies_each_on_its_nodes_pool) {
     RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
     const std::size_t n = 2 * two_mib / sizeof(double);
