@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include <sys/mount.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -281,6 +283,41 @@ TEST(huge_pages_pools, a_preferring_placement_takes_another_nodes_page_a_bound_o
     for (int k = 0; k < nodes(); ++k) taken += before[static_cast<std::size_t>(k)] - free_pages(k);
     EXPECT_EQ(taken, 1) << "one page, from another node's pool";
     memory::unmap(p, two_mib);
+}
+
+TEST(huge_pages_pools, the_hugetlb_cgroup_limit_is_admission_too) {
+    // In a child moved into a cgroup whose hugetlb.2MB.max allows one page (guests only: it mounts
+    // cgroup2 and changes the guest's cgroups). Two pages: strict throws naming the limit, degrading
+    // records it; one page fits.
+    if (!std::getenv("NUMAPLACE_GUEST_LAYOUT")) GTEST_SKIP() << "changes cgroups: guests only";
+    RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
+    const int code = numaplace_test::run_child(
+        [] {
+            if (access("/sys/fs/cgroup/cgroup.controllers", R_OK) != 0 && mount("none", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
+                return 80;
+            std::FILE* f = std::fopen("/sys/fs/cgroup/cgroup.subtree_control", "w");
+            if (!f || std::fputs("+hugetlb", f) < 0 || std::fclose(f) != 0) return 81;
+            mkdir("/sys/fs/cgroup/numaplace_huge", 0755);
+            if (!write_count("/sys/fs/cgroup/numaplace_huge/hugetlb.2MB.max", static_cast<long>(two_mib))) return 82;
+            if (!write_count("/sys/fs/cgroup/numaplace_huge/cgroup.procs", getpid())) return 83;
+            if (huge_page_usage_limits(two_mib).cgroup_room() != two_mib) return 84;
+            try {
+                memory::allocate(2 * two_mib, on_node(0).with_pages(page_size::explicit_2m));
+                return 85;
+            } catch (const placement_error& e) {
+                if (e.error_number() != ENOMEM || !contains(e.what(), "hugetlb cgroup limit")) return 86;
+            }
+            const std::size_t before = degradation_count();
+            void* p = memory::allocate(2 * two_mib, on_node(0, node_policy::bind, fallback::degrade).with_pages(page_size::explicit_2m));
+            if (degradation_count() == before) return 87;
+            memory::unmap(p, 2 * two_mib);
+            void* q = memory::allocate(two_mib, on_node(0).with_pages(page_size::explicit_2m)); // fits
+            const bool on_pages = where_page_sizes(q, two_mib).bytes_on(two_mib) == two_mib;
+            memory::unmap(q, two_mib);
+            return on_pages ? 0 : 88;
+        },
+        60);
+    EXPECT_EQ(code, 0);
 }
 
 TEST(huge_pages_pools, replicated_copies_each_on_its_nodes_pool) {
