@@ -112,6 +112,12 @@ TEST(huge_pages_pools, on_node_takes_the_nodes_own_pool_and_gives_it_back) {
         memory::unmap(p, bytes);
         EXPECT_EQ(frees(), before) << "every page back in its pool";
     }
+    // largest_explicit: no 1 GiB page free on node 0 (none reserved), so 2 MiB pages of its own pool
+    const std::vector<long> before = frees();
+    void* q = memory::allocate(bytes, on_node(0).with_pages(page_size::largest_explicit));
+    EXPECT_EQ(where_page_sizes(q, bytes).bytes_on(two_mib), 2 * two_mib);
+    EXPECT_EQ(free_pages(0), before[0] - 2);
+    memory::unmap(q, bytes);
 }
 
 TEST(huge_pages_pools, partitioned_every_block_on_its_nodes_pages) {
