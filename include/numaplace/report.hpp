@@ -126,8 +126,6 @@ inline void print_tier_table(std::ostream& os, const memory_tier_table& table) {
     }
 }
 
-/// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
-/// degradations spelled out, and which groups of observation (observe.hpp) work here and why not.
 /// \effects prints the explicit huge page pools of every node of `topo` (size, total, free, surplus) and
 /// what limits this process's use of them (hugetlb cgroup, RLIMIT_MEMLOCK, hugetlbfs), one line each,
 /// after a line `explicit huge pages:`. For a topology that is not this system's: "not read".
@@ -164,6 +162,8 @@ inline void print_huge_pages(std::ostream& os, const topology& topo) {
        << (detail::os_hugetlbfs_mounted() ? "mounted" : "not mounted (MAP_HUGETLB needs none)");
 }
 
+/// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
+/// degradations spelled out, and which groups of observation (observe.hpp) work here and why not.
 inline void print_report(std::ostream& os, const topology& topo = topology::get()) {
     const auto& caps = topo.capabilities();
     os << "nodes: " << topo.size() << " usable";
