@@ -210,6 +210,33 @@ TEST(huge_pages_pools, fork_with_live_blocks_never_copies_a_huge_page_in_the_par
     EXPECT_EQ(free_pages(0), 2);
 }
 
+TEST(huge_pages_pools, a_forked_child_never_reuses_its_parents_cached_explicit_blocks) {
+    RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 1));
+    allocator<char, on_node> huge(on_node(0).with_pages(page_size::explicit_2m));
+    char* a = huge.allocate(two_mib);
+    a[0] = 1;
+    huge.deallocate(a, two_mib); // cached, its page still held: node 0's pool has none free
+    const int code = numaplace_test::run_child(
+        [&] {
+            // the parent's block is not mapped here (MADV_DONTFORK): the cache must not hand it out
+            try {
+                char* b = huge.allocate(two_mib);
+                b[0] = 2; // SIGSEGV if it were the parent's block
+                return b == a ? 1 : 2; // a fresh mapping cannot get a page: none free
+            } catch (const placement_error& e) {
+                return e.error_number() == ENOMEM ? 0 : 3;
+            }
+        },
+        60);
+    EXPECT_EQ(code, 0);
+    char* c = huge.allocate(two_mib); // the parent still reuses it
+    EXPECT_EQ(c, a);
+    EXPECT_EQ(c[0], 1);
+    huge.deallocate(c, two_mib);
+    release_cached_memory();
+    EXPECT_EQ(free_pages(0), 1);
+}
+
 TEST(huge_pages_pools, seccomp_refusing_map_hugetlb_after_start_up) {
     RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
     const int code = numaplace_test::run_child(
