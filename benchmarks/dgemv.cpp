@@ -17,7 +17,12 @@
 //                        parallel_init, interleaved and node0, all in small pages.
 //   read_limit_hugepage  BM_Dgemv_read_limit_hugepage_<strategy>, on the partitioned matrix with
 //                        MADV_HUGEPAGE: the limit of partitioned_hugepage.
-// The counter huge_pages (the fraction of A in huge pages, /proc/self/smaps) shows what each row got.
+//   read_limit_explicit_2m  BM_Dgemv_read_limit_explicit_2m_<strategy>, on the partitioned matrix on
+//                        explicit 2 MiB pages (hugetlb, each block from its node's pool): the limit of
+//                        partitioned_explicit_2m. Both only where the pools hold A (else the reason is
+//                        printed and in the JSON context "explicit_2m"; docs/huge-pages.md).
+// The counters huge_pages (the fraction of A in transparent huge pages, AnonHugePages of /proc/self/smaps)
+// and explicit_2m_pages (the fraction on explicit 2 MiB pages, KernelPageSize) show what each row got.
 //
 // Names: BM_Dgemv_<read_limit_<strategy>|read_limit_hugepage_<strategy>|openblas|partitioned|
 //                  partitioned_hugepage|serial_init|parallel_init|interleaved|node0>/threads:T
@@ -73,8 +78,11 @@ const std::size_t N = env_size("NUMAPLACE_DGEMV_N", 20000);
 // other placements, all in small pages, share one more slot, replaced when a benchmark of another
 // placement starts.
 placed_matrix& matrix(placement_kind kind, page_kind pages = page_kind::small) {
-    static std::unique_ptr<placed_matrix> partitioned, partitioned_huge, other;
-    auto& slot = kind != placement_kind::partitioned ? other : pages == page_kind::huge ? partitioned_huge : partitioned;
+    static std::unique_ptr<placed_matrix> partitioned, partitioned_huge, partitioned_explicit, other;
+    auto& slot = kind == placement_kind::partitioned_explicit_2m ? partitioned_explicit
+                 : kind != placement_kind::partitioned          ? other
+                 : pages == page_kind::huge                     ? partitioned_huge
+                                                                : partitioned;
     if (!slot || slot->kind() != kind) {
         slot.reset();
         slot = std::make_unique<placed_matrix>(kind, M, N, pages);
@@ -104,6 +112,9 @@ void finish(benchmark::State& state, int threads, double seconds, const placed_m
     const std::size_t bytes = m.bytes();
     const double per_iter = seconds / static_cast<double>(state.iterations());
     state.counters["huge_pages"] = huge_page_fraction(m.a(), bytes);
+    // explicit huge pages (hugetlb) are not AnonHugePages: the fraction of A on 2 MiB explicit pages
+    state.counters["explicit_2m_pages"] =
+        static_cast<double>(numaplace::where_page_sizes(m.a(), bytes).bytes_on(std::size_t(2) << 20)) / static_cast<double>(bytes);
     state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
     state.counters["threads"] = threads;
     state.counters["GBps"] = static_cast<double>(bytes) / per_iter / 1e9;
@@ -131,10 +142,11 @@ double timed(benchmark::State& state, F&& f) {
 }
 
 // A read probe on the partitioned matrix in `pages`: the limit of the rows in the same kind of pages.
-void BM_Dgemv_read_limit(benchmark::State& state, const numaplace::bench::probe::strategy& how, page_kind pages) {
+void BM_Dgemv_read_limit(benchmark::State& state, const numaplace::bench::probe::strategy& how, page_kind pages,
+                         placement_kind kind = placement_kind::partitioned) {
     const int threads = static_cast<int>(state.range(0));
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    auto& m = matrix(placement_kind::partitioned, pages);
+    auto& m = matrix(kind, pages);
     const double seconds = timed(state, [&] { benchmark::DoNotOptimize(m.read_all(how.read)); });
     finish(state, threads, seconds, m, -1);
 }
@@ -174,6 +186,13 @@ void BM_Dgemv_openblas(benchmark::State& state) {
 }
 #endif
 
+// Why the pools cannot hold A on explicit 2 MiB pages here (empty: they can).
+std::string explicit_2m_unavailable() {
+    const auto rows = numaplace::partition<double>::rows(M, N);
+    const std::string why = numaplace::bench::compared(placement_kind::partitioned_explicit_2m).unavailable(rows);
+    return why.empty() ? why : why + " (reserve them: /sys/devices/system/node/node<k>/hugepages/hugepages-2048kB/nr_hugepages)";
+}
+
 void register_all() {
     const int all = tbb::info::default_concurrency();
     auto threads = [all](benchmark::internal::Benchmark* b) {
@@ -202,6 +221,21 @@ void register_all() {
     threads(benchmark::RegisterBenchmark("BM_Dgemv_partitioned_hugepage", [](benchmark::State& s) {
         run_placement(s, placement_kind::partitioned, page_kind::huge);
     }));
+    // The partitioned matrix on explicit 2 MiB pages of each node's own pool (hugetlb), held against
+    // read_limit_explicit_2m, measured on that same matrix. Only where the pools can hold it: else the
+    // reason is printed and put in the JSON context.
+    const std::string why = explicit_2m_unavailable();
+    if (!why.empty()) {
+        std::fprintf(stderr, "BM_Dgemv_partitioned_explicit_2m not run: %s\n", why.c_str());
+        return;
+    }
+    for (const auto& how : numaplace::bench::probe::strategies())
+        threads(benchmark::RegisterBenchmark((std::string("BM_Dgemv_read_limit_explicit_2m_") + how.name).c_str(), [&how](benchmark::State& s) {
+            BM_Dgemv_read_limit(s, how, page_kind::as_placed, placement_kind::partitioned_explicit_2m);
+        }));
+    threads(benchmark::RegisterBenchmark("BM_Dgemv_partitioned_explicit_2m", [](benchmark::State& s) {
+        run_placement(s, placement_kind::partitioned_explicit_2m, page_kind::as_placed);
+    }));
 }
 } // namespace
 
@@ -227,8 +261,12 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("matrix", std::to_string(M) + "x" + std::to_string(N) + " doubles");
     benchmark::AddCustomContext("numa_nodes", std::to_string(numaplace::topology::get().size()));
     benchmark::AddCustomContext("limits", "read_limit_<probe>: small pages (MADV_NOHUGEPAGE), the limit of every "
-                                          "row but partitioned_hugepage; read_limit_hugepage_<probe>: MADV_HUGEPAGE, "
-                                          "the limit of partitioned_hugepage");
+                                          "row but partitioned_hugepage and partitioned_explicit_2m; "
+                                          "read_limit_hugepage_<probe>: MADV_HUGEPAGE, the limit of partitioned_hugepage; "
+                                          "read_limit_explicit_2m_<probe>: explicit 2 MiB pages (hugetlb), the limit "
+                                          "of partitioned_explicit_2m");
+    const std::string why = explicit_2m_unavailable();
+    benchmark::AddCustomContext("explicit_2m", why.empty() ? "run: every block on its node's 2 MiB pool" : "not run: " + why);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
     return 0;

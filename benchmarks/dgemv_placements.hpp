@@ -31,7 +31,7 @@
 
 namespace numaplace::bench {
 
-enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced };
+enum class placement_kind { serial_init, parallel_init, interleaved, node0, partitioned, replaced, partitioned_explicit_2m };
 
 /// The pages A is made of (numaplace::page_choice): the benchmark measures every kernel and its
 /// read-bandwidth probes on one kind (the probes' limit is not the same with huge pages).
@@ -45,6 +45,7 @@ inline const char* name(placement_kind p) noexcept {
     case placement_kind::node0: return "node0";
     case placement_kind::partitioned: return "partitioned";
     case placement_kind::replaced: return "replaced";
+    case placement_kind::partitioned_explicit_2m: return "partitioned_explicit_2m";
     }
     return "?";
 }
@@ -60,6 +61,7 @@ inline compared_placement compared(placement_kind p) {
     case placement_kind::node0: return compared_placement::node_local(0, name(p));
     case placement_kind::partitioned: return compared_placement::partitioned(name(p));
     case placement_kind::replaced: return compared_placement::serial_first_touch(name(p));
+    case placement_kind::partitioned_explicit_2m: return compared_placement::partitioned_explicit(page_size::explicit_2m, name(p));
     }
     return compared_placement::first_touch(name(p));
 }
@@ -155,6 +157,8 @@ private:
         const tbb::blocked_range<std::size_t> all(0, m_);
         if (kind_ == placement_kind::partitioned || kind_ == placement_kind::replaced)
             parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
+        else if (kind_ == placement_kind::partitioned_explicit_2m) // blocks with edges on 2 MiB pages
+            parallel_for(a_.layout(), [&f](subrange r) { f(r.begin(), r.end()); });
         else if (kind_ == placement_kind::parallel_init) tbb::parallel_for(all, rows, tbb::static_partitioner());
         else tbb::parallel_for(all, rows);
     }

@@ -27,10 +27,12 @@ namespace {
 const char* const usage_text =
     "usage: numaplace-info [--json] [--help]\n"
     "Prints the NUMA nodes numaplace may use (CPUs, memory total and free), their distances, what the kernel\n"
-    "and sandbox allow (memory binding, page queries, CPU binding, which counters observation can read), the\n"
+    "and sandbox allow (memory binding, page queries, CPU binding, which counters observation can read), each\n"
+    "node's explicit huge page pools (size, total, free, surplus) and what limits their use here, the\n"
     "degradations so far and how oneTBB's\n"
     "arenas are pinned.\n"
-    "  --json   the same as one JSON object (nodes, distances, capabilities, degradations, observation, tbb)\n"
+    "  --json   the same as one JSON object (nodes, distances, capabilities, huge_pages, degradations,\n"
+    "           observation, tbb)\n"
     "  --help   this text\n";
 
 /// Free memory of a node in bytes, from /sys/devices/system/node/node<os>/meminfo; -1 if unreadable or
@@ -147,6 +149,35 @@ std::string json_numbers(const Range& r) {
     return out + "]";
 }
 
+// The explicit huge page pools per node and what limits their use, as one JSON object.
+std::string huge_pages_json(const numaplace::topology& topo) {
+    std::ostringstream os;
+    const std::vector<std::size_t> sizes = topo.is_this_system() ? numaplace::explicit_page_sizes() : std::vector<std::size_t>{};
+    os << "{\"sizes\": " << json_numbers(sizes) << ", \"pools\": [";
+    bool first = true;
+    for (const auto& n : topo.nodes())
+        for (const auto& p : topo.is_this_system() ? numaplace::huge_page_pools(n.id, topo) : std::vector<numaplace::huge_page_pool>{}) {
+            os << (first ? "" : ", ") << "{\"node\": " << n.id << ", \"page_bytes\": " << p.page_bytes << ", \"total\": " << p.total
+               << ", \"free\": " << p.free << ", \"surplus\": " << p.surplus << '}';
+            first = false;
+        }
+    os << "], \"usable\": [";
+    first = true;
+    for (std::size_t s : sizes) {
+        const numaplace::huge_page_usability u = numaplace::huge_page_usage_limits(s);
+        os << (first ? "" : ", ") << "{\"page_bytes\": " << s << ", \"cgroup_visible\": " << json_bool(u.cgroup_visible)
+           << ", \"cgroup_limit_bytes\": ";
+        if (u.cgroup_visible && u.cgroup_limited) os << u.cgroup_limit; else os << "null";
+        os << ", \"cgroup_usage_bytes\": " << u.cgroup_usage << '}';
+        first = false;
+    }
+    const std::size_t memlock = numaplace::detail::os_memlock_limit();
+    os << "], \"memlock_limit_bytes\": ";
+    if (memlock == SIZE_MAX) os << "null"; else os << memlock;
+    os << ", \"memlock_applies_to\": \"SHM_HUGETLB\", \"hugetlbfs_mounted\": " << json_bool(numaplace::detail::os_hugetlbfs_mounted()) << '}';
+    return os.str();
+}
+
 void print_json(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
     const auto& caps = topo.capabilities();
     const numaplace::heap_sharding_report shards = numaplace::heap_sharding(); // first: a bad NUMAPLACE_HEAP_SHARDS is a degradation
@@ -183,7 +214,8 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
        << ", \"transparent_huge_pages\": " << json_string(caps.thp) << ", \"numa_balancing\": " << caps.numa_balancing
        << ", \"topology_readable\": " << json_bool(topology_readable())
        << ", \"topology_backend\": " << json_string(topology_backend(topo))
-       << "},\n  \"heap\": {\"shards\": " << shards.shards << ", \"shards_limit\": " << shards.limit
+       << "},\n  \"huge_pages\": " << huge_pages_json(topo)
+       << ",\n  \"heap\": {\"shards\": " << shards.shards << ", \"shards_limit\": " << shards.limit
        << ", \"shards_chosen\": " << json_bool(shards.chosen) << ", \"thread_caches\": " << shards.thread_caches
        << ", \"cpus\": " << shards.cpus << ", \"shards_reason\": " << json_string(shards.reason)
        << "},\n  \"degradations\": {\"count\": " << numaplace::degradation_count() << ", \"messages\": [";

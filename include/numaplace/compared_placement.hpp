@@ -30,6 +30,7 @@ enum class compared_kind {
     first_touch,        ///< unbound pages, first written by whatever thread the user's initialisation runs on
     partitioned,        ///< block k of the partition bound to node k (`partitioned`)
     partitioned_huge,   ///< the same with huge-page block edges, so the blocks may get huge pages
+    partitioned_explicit, ///< the same on explicit huge pages of each node's own pool (`partitioned::with_pages`)
     custom              ///< a user's own placement value
 };
 
@@ -72,6 +73,15 @@ public:
     static compared_placement partitioned_huge(std::string name = "partitioned_huge") {
         return compared_placement(compared_kind::partitioned_huge, std::move(name), -1, {});
     }
+    /// \returns as `partitioned`, every block on explicit huge pages of `pages` (explicit_2m, explicit_1g)
+    /// from its own node's pool, edges on that page. Strict: an allocation the pools cannot serve throws
+    /// (ask `unavailable` first). Default name "partitioned_explicit_2m" / "partitioned_explicit_1g".
+    static compared_placement partitioned_explicit(page_size pages = page_size::explicit_2m, std::string name = {}) {
+        if (name.empty()) name = pages == page_size::explicit_1g ? "partitioned_explicit_1g" : "partitioned_explicit_2m";
+        compared_placement c(compared_kind::partitioned_explicit, std::move(name), -1, {});
+        c.pages_ = pages;
+        return c;
+    }
     /// \returns the user's placement value `p` (the Placement concept, placement.hpp) under `name`.
     template <class Placement>
     static compared_placement custom(std::string name, Placement p) {
@@ -90,10 +100,33 @@ public:
         return kind_ != compared_kind::serial_first_touch && kind_ != compared_kind::first_touch;
     }
 
+    /// \returns the explicit page size of `partitioned_explicit` (`transparent` for the others).
+    page_size pages() const noexcept { return pages_; }
+
+    /// \returns why the pools cannot hold an array of `part` placed this way (a `partitioned_explicit` whose
+    /// blocks need more pages of a node's pool than it has free, or a size the kernel lacks), naming the
+    /// node, the page size and the free pages; empty when they can (and for every other kind).
+    template <class T>
+    std::string unavailable(const partition<T>& part) const {
+        if (kind_ != compared_kind::partitioned_explicit || part.empty()) return std::string();
+        const std::size_t page = explicit_page_bytes(pages_);
+        if (!explicit_page_supported(page)) return "the kernel has no " + page_bytes_name(page) + " pages";
+        const basic_partition split = layout(part).untyped();
+        std::vector<std::size_t> need(split.nodes().size(), 0);
+        for (std::size_t k = 0; k < split.block_count(); ++k) {
+            const block b = split.block(k);
+            need[k] = (b.end - b.begin) * split.unit_bytes() / page; // whole pages: the tail is on small pages
+        }
+        int node = -1;
+        return detail::pools_short(page, split.nodes(), need, node);
+    }
+
     /// \returns the partition the array's pages and loops follow: `part`, or for `partitioned_huge` the same
-    /// split (rows, nodes, weights) with huge-page edges.
+    /// split (rows, nodes, weights) with huge-page edges, for `partitioned_explicit` with edges on its page.
     template <class T>
     partition<T> layout(const partition<T>& part) const {
+        if (kind_ == compared_kind::partitioned_explicit && !part.empty())
+            return partition<T>::from_untyped(numaplace::partitioned(part).with_pages(pages_).partition());
         if (kind_ != compared_kind::partitioned_huge || part.empty()) return part;
         return partition<T>::rows(part.size(), part.row_length(), part.nodes(), part.weights(), edge_alignment::huge);
     }
@@ -110,6 +143,7 @@ public:
         case compared_kind::first_touch: return memory::map(bytes, layout.empty() ? detail::page_size() : layout.alignment());
         case compared_kind::partitioned:
         case compared_kind::partitioned_huge: return memory::allocate(bytes, numaplace::partitioned(layout));
+        case compared_kind::partitioned_explicit: return memory::allocate(bytes, numaplace::partitioned(layout).with_pages(pages_));
         case compared_kind::custom: return custom_(bytes);
         }
         return nullptr;
@@ -131,6 +165,7 @@ private:
     std::string name_;
     int node_;
     std::function<void*(std::size_t)> custom_;
+    page_size pages_ = page_size::transparent;
 };
 
 namespace detail {

@@ -11,6 +11,7 @@
 #include "basic_partition.hpp"
 #include "diagnostics.hpp"
 #include "error.hpp"
+#include "huge_pages.hpp"
 #include "memory.hpp"
 #include "observation.hpp"
 #include "observe.hpp"

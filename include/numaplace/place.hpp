@@ -11,6 +11,7 @@
 #include "admission.hpp"
 #include "diagnostics.hpp"
 #include "error.hpp"
+#include "huge_pages.hpp"
 #include "memory.hpp"
 #include "topology.hpp"
 
@@ -19,6 +20,8 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace numaplace {
 namespace detail {
@@ -79,6 +82,132 @@ inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const no
     return refused(err, error_node(nodes), bytes, fb, who + ("mbind " + describe(mode, nodes)), fell_back);
 }
 
+// --- Explicit huge pages (docs/huge-pages.md) ----------------------------------------------------------
+
+/// \returns the pages the pools of `nodes` may serve a request of `mode` from: the free pages of `page`
+/// bytes of its one node (bind), of every node of the topology (a single preferred node: the kernel
+/// takes another node's page when it has none), of all of `nodes` otherwise. `where` says which.
+inline std::size_t pool_pages_for(std::size_t page, memory::policy_mode mode, const node_set& nodes, std::string& where) {
+    const topology& topo = topology::get();
+    const bool anywhere = mode == memory::policy_mode::preferred && nodes.size() == 1;
+    std::size_t free = 0;
+    where = anywhere ? "any node" : nodes.size() == 1 ? "node " + std::to_string(nodes[0]) : "nodes ";
+    for (int id = 0; id < static_cast<int>(topo.size()); ++id) {
+        bool in = anywhere;
+        for (int n : nodes) in = in || n == id;
+        if (in) free += free_huge_pages(id, page, topo);
+    }
+    if (!anywhere && nodes.size() != 1)
+        for (std::size_t i = 0; i < nodes.size(); ++i) where += (i ? "," : "") + std::to_string(nodes[i]);
+    return free;
+}
+
+/// \returns why the pools cannot serve `pages` pages of `page` bytes for `mode` over `nodes` (empty: they can).
+inline std::string pool_shortage(std::size_t page, std::size_t pages, memory::policy_mode mode, const node_set& nodes) {
+    std::string where;
+    const std::size_t free = pool_pages_for(page, mode, nodes, where);
+    if (free >= pages) return std::string();
+    return "explicit " + page_bytes_name(page) + " pages on " + where + ": " + std::to_string(pages) + " needed, " +
+           std::to_string(free) + " free";
+}
+
+/// \returns the page bytes `ps` means for `bytes` at `p` over `nodes`: its own size, or for
+/// `largest_explicit` the largest supported size that `p` is aligned to, that `bytes` holds at least one
+/// page of and whose pools can serve those pages (0: none can; the smallest size is then what fails).
+inline std::size_t resolve_page_bytes(numaplace::page_size ps, const void* p, std::size_t bytes, memory::policy_mode mode,
+                                      const node_set& nodes) {
+    if (ps != numaplace::page_size::largest_explicit) return explicit_page_bytes(ps);
+    const std::vector<std::size_t> sizes = explicit_page_sizes();
+    for (std::size_t i = sizes.size(); i-- > 0;) {
+        const std::size_t s = sizes[i];
+        if (s < (std::size_t(2) << 20) || reinterpret_cast<std::uintptr_t>(p) % s != 0 || bytes < s) continue;
+        if (pool_shortage(s, bytes / s, mode, nodes).empty()) return s;
+    }
+    return explicit_page_bytes(numaplace::page_size::explicit_2m);
+}
+
+/// \effects tries to put the whole pages of `page` bytes of [p, p+bytes) on explicit huge pages: checks
+/// them (kernel support, alignment, size, the pools unless `pools_checked`, the hugetlb cgroup), replaces
+/// the range by a MAP_HUGETLB mapping, binds it and faults every page in under the binding
+/// (MADV_POPULATE_WRITE: an empty pool is an error here, never a SIGBUS at a later first touch).
+/// \returns the bytes placed on explicit pages (a multiple of `page`), or 0 with `err` and `why` set and
+/// [p, p+bytes) an untouched small-page mapping again.
+inline std::size_t try_explicit(void* p, std::size_t bytes, std::size_t page, memory::policy_mode mode,
+                                const node_set& nodes, bool pools_checked, int& err, std::string& why) {
+    const std::string size = page_bytes_name(page);
+    const std::size_t whole = bytes / page * page;
+    err = EINVAL;
+    if (!explicit_page_supported(page)) {
+        why = "explicit " + size + " pages: the kernel has no pool of that size (no /sys/kernel/mm/hugepages/hugepages-" +
+              std::to_string(page >> 10) + "kB" + (page == (std::size_t(1) << 30) ? "; a CPU without pdpe1gb?)" : ")");
+        return 0;
+    }
+    if (whole == 0) {
+        why = "explicit " + size + " pages: " + std::to_string(bytes) + " bytes are less than one page";
+        return 0;
+    }
+    if (reinterpret_cast<std::uintptr_t>(p) % page != 0) {
+        why = "explicit " + size + " pages: the range does not start on a " + size + " boundary";
+        return 0;
+    }
+    err = ENOMEM;
+    if (!pools_checked && !(why = pool_shortage(page, whole / page, mode, nodes)).empty()) return 0;
+    const huge_page_usability use = huge_page_usage_limits(page);
+    if (use.cgroup_room() < whole) {
+        why = "explicit " + size + " pages: the hugetlb cgroup limit (" + use.cgroup_file + ") leaves " +
+              std::to_string(use.cgroup_room()) + " bytes of " + std::to_string(whole);
+        return 0;
+    }
+    const auto undo = [&](int e, std::string w) {
+        os_map_small_fixed(p, whole); // our own range: a small-page mapping again, untouched
+        err = e;
+        why = std::move(w);
+        return std::size_t(0);
+    };
+    if (const int e = os_map_hugetlb_fixed(p, whole, page))
+        return undo(e, "explicit " + size + " pages: mmap MAP_HUGETLB refused (" + std::strerror(e) + ")");
+    if (const int e = memory::bind(p, whole, mode, nodes))
+        return undo(e, "explicit " + size + " pages: mbind " + describe(mode, nodes) + " refused (" + std::strerror(e) + ")");
+    os_dont_fork(p, whole); // no copy-on-write of a huge page in this process after a fork
+    if (const int e = os_advise(p, whole, page_advice::populate_write)) {
+        std::string w;
+        const std::string shortage = pool_shortage(page, whole / page, mode, nodes);
+        if (e == EINVAL) w = "explicit " + size + " pages: MADV_POPULATE_WRITE unsupported (Linux < 5.14): they cannot be faulted in without risking SIGBUS";
+        else w = "explicit " + size + " pages: the pool could not serve every page at fault (" + std::strerror(e) + ")" +
+                 (shortage.empty() ? std::string() : "; now " + shortage.substr(shortage.find(':') + 2));
+        return undo(e == EINVAL ? EINVAL : ENOMEM, std::move(w));
+    }
+    return whole;
+}
+
+/// \effects `place` with a page-size choice: for `transparent`, exactly `place`; otherwise the whole
+/// pages of the chosen size in [p, p+bytes) (p aligned to that size) come from the pools of `nodes`,
+/// bound by `mode` and faulted in now; a tail shorter than one page is placed on small pages by `place`.
+/// When the pools cannot serve them (checked before anything is mapped, and again at fault), the size is
+/// unsupported, or the request holds no whole page: strict throws placement_error (ENOMEM: the pools,
+/// naming the node, the size and what is free; EINVAL: size or alignment); degrading records why and
+/// places the range by `place` on transparent huge pages where THP allows, small pages otherwise.
+/// `pools_checked`: the caller checked the pools of every block (partitioned).
+/// \returns true if placed as asked, false if degraded. \throws placement_error, unknown_node.
+inline bool place_on_pages(void* p, std::size_t bytes, memory::policy_mode mode, const node_set& nodes, fallback fb,
+                           numaplace::page_size ps, const char* who = "", bool pools_checked = false) {
+    if (ps == numaplace::page_size::transparent || bytes == 0) return place(p, bytes, mode, nodes, fb, who);
+    topology::get().check(nodes);
+    const std::size_t page = resolve_page_bytes(ps, p, bytes, mode, nodes);
+    int err = 0;
+    std::string why;
+    const std::size_t whole = try_explicit(p, bytes, page, mode, nodes, pools_checked, err, why);
+    if (whole == 0) {
+        if (fb == fallback::strict) throw_placement(error_node(nodes), bytes, err, who + why);
+        if (mode != memory::policy_mode::interleave && topology::get().capabilities().thp == "madvise")
+            os_advise(p, memory::page_round(bytes), page_advice::huge_pages);
+        degradation_log::instance().record(who + why + ": placed on transparent huge pages (THP " +
+                                           topology::get().capabilities().thp + ") or small pages instead");
+        place(p, bytes, mode, nodes, fb, who);
+        return false;
+    }
+    return bytes == whole || place(static_cast<char*>(p) + whole, bytes - whole, mode, nodes, fb, who);
+}
 
 } // namespace detail
 

@@ -31,6 +31,7 @@
 
 #include "detail/intern.hpp"
 #include "detail/buffer_record.hpp"
+#include "detail/explicit_pages.hpp"
 #include "error.hpp"
 #include "memory.hpp"
 #include "partition.hpp"
@@ -48,6 +49,7 @@
 
 
 namespace numaplace {
+
 
 /// How `on_node` holds its node.
 enum class node_policy {
@@ -69,17 +71,28 @@ public:
     node_policy policy() const noexcept { return policy_; }
     /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
+    /// \returns the pages it maps its memory with (`numaplace::page_size::transparent` unless `with_pages` said).
+    numaplace::page_size pages() const noexcept { return pages_; }
+    /// \returns a copy that maps its memory (allocations of at least one page) with `pages`: explicit
+    /// huge pages come from the node's own pool (a preferring placement may take another node's).
+    on_node with_pages(numaplace::page_size pages) const noexcept {
+        on_node p = *this;
+        p.pages_ = pages;
+        return p;
+    }
     /// \returns the node whose small-object pool serves allocations below a page.
     int home_node() const noexcept { return node_; }
-    /// \returns the alignment of an allocation: a page.
-    std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
-    /// \effects sets the policy of the untouched range. \returns false if degraded.
+    /// \returns the start alignment of an allocation of `bytes`: a page, or the explicit page size.
+    std::size_t alignment(std::size_t bytes) const noexcept { return detail::explicit_alignment(pages_, bytes); }
+    /// \effects sets the policy of the untouched range (on explicit pages: see `detail::place_on_pages`).
+    /// \returns false if degraded. \throws placement_error when strict and refused.
     bool apply(void* p, std::size_t bytes) const {
-        return detail::place(p, bytes, policy_ == node_policy::bind ? memory::policy_mode::bind : memory::policy_mode::preferred,
-                             node_set{node_}, fallback_);
+        return detail::place_on_pages(p, bytes,
+                                      policy_ == node_policy::bind ? memory::policy_mode::bind : memory::policy_mode::preferred,
+                                      node_set{node_}, fallback_, pages_);
     }
     friend bool operator==(const on_node& a, const on_node& b) noexcept {
-        return a.node_ == b.node_ && a.policy_ == b.policy_ && a.fallback_ == b.fallback_;
+        return a.node_ == b.node_ && a.policy_ == b.policy_ && a.fallback_ == b.fallback_ && a.pages_ == b.pages_;
     }
     friend bool operator!=(const on_node& a, const on_node& b) noexcept { return !(a == b); }
 
@@ -87,6 +100,7 @@ private:
     int node_;
     node_policy policy_;
     fallback fallback_;
+    numaplace::page_size pages_ = numaplace::page_size::transparent;
 };
 
 namespace detail {
@@ -104,6 +118,7 @@ inline void advise_huge_pages(void* p, std::size_t bytes, huge_page_advice advic
     if (advice == huge_page_advice::forbid) os_advise(p, memory::page_round(bytes), page_advice::no_huge_pages);
     else if (advice == huge_page_advice::request) os_advise(p, memory::page_round(bytes), page_advice::huge_pages);
 }
+
 } // namespace detail
 
 /// Pages preferably on any of several nodes, nearest first (MPOL_PREFERRED_MANY, Linux >= 5.15).
@@ -119,22 +134,31 @@ public:
     const node_set& nodes() const noexcept { return state_->nodes; }
     /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
+    /// \returns the pages it maps its memory with.
+    numaplace::page_size pages() const noexcept { return pages_; }
+    /// \returns a copy that maps its memory with `pages` (explicit pages from the pools of its nodes).
+    preferred_many with_pages(numaplace::page_size pages) const noexcept {
+        preferred_many p = *this;
+        p.pages_ = pages;
+        return p;
+    }
     /// \returns the first node (its heap serves allocations below a page).
     int home_node() const noexcept { return state_->nodes[0]; }
-    /// \returns the alignment of an allocation: a page.
-    std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
-    /// \effects binds `[p, p + bytes)` with MPOL_PREFERRED_MANY. \returns true if placed; false when a degrading placement fell back (recorded). \throws placement_error when a strict one is refused.
+    /// \returns a page, or the explicit page size for requests of at least one.
+    std::size_t alignment(std::size_t bytes) const noexcept { return detail::explicit_alignment(pages_, bytes); }
+    /// \effects sets the policy of the untouched range. \returns false if degraded. \throws placement_error.
     bool apply(void* p, std::size_t bytes) const {
-        return detail::place(p, bytes, memory::policy_mode::preferred_many, nodes(), fallback_);
+        return detail::place_on_pages(p, bytes, memory::policy_mode::preferred_many, nodes(), fallback_, pages_);
     }
     friend bool operator==(const preferred_many& a, const preferred_many& b) noexcept {
-        return a.state_ == b.state_ && a.fallback_ == b.fallback_;
+        return a.state_ == b.state_ && a.fallback_ == b.fallback_ && a.pages_ == b.pages_;
     }
     friend bool operator!=(const preferred_many& a, const preferred_many& b) noexcept { return !(a == b); }
 
 private:
     const detail::node_weights* state_;
     fallback fallback_;
+    numaplace::page_size pages_ = numaplace::page_size::transparent;
 };
 
 /// Pages round robin over a node set, page by page, in one of two orders, which differ where node ids
@@ -176,6 +200,16 @@ public:
     const std::vector<std::size_t>& weights() const noexcept { return state_->weights; }
     /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
+    /// \returns the pages it maps its memory with.
+    numaplace::page_size pages() const noexcept { return pages_; }
+    /// \returns a copy that maps its memory with `pages`: with equal weights the kernel interleaves whole
+    /// explicit pages over the pools of the nodes; with unequal weights runs of explicit pages, `weights[k]`
+    /// pages on `nodes[k]`. \throws nothing.
+    interleaved with_pages(numaplace::page_size pages) const noexcept {
+        interleaved p = *this;
+        p.pages_ = pages;
+        return p;
+    }
     /// \returns the first node with a non-zero weight (its heap serves allocations below a page).
     int home_node() const noexcept {
         const auto& w = state_->weights;
@@ -183,15 +217,18 @@ public:
             if (w[k] != 0) return state_->nodes[k];
         return state_->nodes[0];
     }
-    /// \returns the alignment of an allocation: a page.
-    std::size_t alignment(std::size_t) const noexcept { return detail::page_size(); }
-    /// \effects interleaves `[p, p + bytes)` over the nodes (by weight). \returns true if placed; false when a degrading placement fell back (recorded). \throws placement_error when a strict one is refused.
+    /// \returns a page, or the explicit page size for requests of at least one.
+    std::size_t alignment(std::size_t bytes) const noexcept { return detail::explicit_alignment(pages_, bytes); }
+    /// \effects places the untouched range (equal weights: lazily; unequal: eagerly, see the class).
+    /// \returns true if placed; false when a degrading placement fell back (recorded). \throws
+    /// placement_error when a strict one is refused.
     bool apply(void* p, std::size_t bytes) const {
         if (weights().empty()) {
-            // Huge pages would interleave 2 MiB at a time; keep page granularity.
-            memory::forbid_huge_pages(p, bytes);
-            return detail::place(p, bytes, memory::policy_mode::interleave, nodes(), fallback_);
+            // Huge pages would interleave 2 MiB at a time; keep page granularity (unless asked for them).
+            if (pages_ == numaplace::page_size::transparent) memory::forbid_huge_pages(p, bytes);
+            return detail::place_on_pages(p, bytes, memory::policy_mode::interleave, nodes(), fallback_, pages_);
         }
+        if (pages_ != numaplace::page_size::transparent) return detail::weighted_on_pages(p, bytes, nodes(), weights(), fallback_, pages_);
         topology::get().check(nodes());
         if (bytes == 0) return true;
         // eager fill of bound runs: must fit where bound
@@ -204,13 +241,14 @@ public:
                                                     : "weighted interleave: set_mempolicy bind");
     }
     friend bool operator==(const interleaved& a, const interleaved& b) noexcept {
-        return a.state_ == b.state_ && a.fallback_ == b.fallback_;
+        return a.state_ == b.state_ && a.fallback_ == b.fallback_ && a.pages_ == b.pages_;
     }
     friend bool operator!=(const interleaved& a, const interleaved& b) noexcept { return !(a == b); }
 
 private:
     const detail::node_weights* state_ = nullptr;
     fallback fallback_;
+    numaplace::page_size pages_ = numaplace::page_size::transparent;
 };
 
 /// Contiguous blocks of an element array on successive nodes, as a `partition<T>` splits it: block k's
@@ -234,6 +272,24 @@ public:
     std::size_t element_size() const noexcept { return partition_.element_size(); }
     /// \returns strict or degrade.
     fallback on_refusal() const noexcept { return fallback_; }
+    /// \returns the pages it maps its memory with.
+    numaplace::page_size pages() const noexcept { return pages_; }
+    /// \returns a copy that maps each block on explicit pages of its own node's pool (`transparent`: the
+    /// partition as made). Its partition is the same split with every edge on the explicit page (2 MiB for
+    /// `largest_explicit`: the split must not depend on the pools), so `partition_of` and the loops follow
+    /// the blocks the pages hold. \throws invalid_placement (a layout that cannot be re-made).
+    partitioned with_pages(numaplace::page_size pages) const {
+        partitioned p = *this;
+        p.pages_ = pages;
+        const std::size_t huge = pages == numaplace::page_size::largest_explicit ? explicit_page_bytes(numaplace::page_size::explicit_2m)
+                                                                      : explicit_page_bytes(pages);
+        if (huge == 0) return p;
+        page_geometry g = partition_.geometry();
+        g.huge = std::max(huge, g.page);
+        p.partition_ = basic_partition(partition_.units(), partition_.element_size(), partition_.unit_length(),
+                                       partition_.nodes(), partition_.weights(), edge_alignment::huge, topology::get(), g);
+        return p;
+    }
     /// \returns the split of an allocation of `bytes` (unit indexes).
     basic_partition partition_for(std::size_t bytes) const noexcept { return partition_.for_bytes(bytes); }
     /// \returns the last node with a non-zero weight: its heap serves allocations below a page. The split
@@ -250,10 +306,15 @@ public:
     /// \effects binds block k's pages to node k (block edges are page- or huge-page-aligned from `p`,
     /// which must be aligned to `alignment(bytes)`); THP per the partition's `huge_pages()`: kept off when
     /// edges are small-page aligned and THP is on (so a degraded, first-touch placement still splits
-    /// correctly), requested when edges are huge-page aligned and THP is `madvise`. \returns true if
-    /// placed; false when a degrading placement fell back (recorded). \throws placement_error (strict).
+    /// correctly), requested when edges are huge-page aligned and THP is `madvise`.
+    /// On explicit pages, the pools of every block's node are checked before anything is mapped: strict
+    /// throws placement_error (ENOMEM naming the node, page size and free pages; EINVAL when a node with
+    /// a weight gets less than one page), degrading records it and puts those blocks on transparent pages.
+    /// \returns true if placed; false when a degrading placement fell back (recorded). \throws
+    /// placement_error (strict).
     bool apply(void* p, std::size_t bytes) const {
         const basic_partition part = partition_for(bytes);
+        if (pages_ != numaplace::page_size::transparent) return apply_explicit(p, bytes, part);
         detail::placed_buffers::instance().placed(p, memory::page_round(bytes), partition_); // replace.hpp reads it
         detail::advise_huge_pages(p, bytes, part.huge_pages());
         const std::size_t s = part.unit_bytes();
@@ -282,13 +343,18 @@ public:
         detail::placed_buffers::instance().placed(p, memory::page_round(bytes), partition_);
     }
     friend bool operator==(const partitioned& a, const partitioned& b) noexcept {
-        return a.partition_.same_layout(b.partition_) && a.fallback_ == b.fallback_;
+        return a.partition_.same_layout(b.partition_) && a.fallback_ == b.fallback_ && a.pages_ == b.pages_;
     }
     friend bool operator!=(const partitioned& a, const partitioned& b) noexcept { return !(a == b); }
 
 private:
+    bool apply_explicit(void* p, std::size_t bytes, const basic_partition& part) const {
+        return detail::partitioned_on_pages(p, bytes, part, partition_, fallback_, pages_);
+    }
+
     basic_partition partition_;
     fallback fallback_;
+    numaplace::page_size pages_ = numaplace::page_size::transparent;
 };
 
 static_assert(std::is_trivially_copyable<on_node>::value && std::is_trivially_copyable<preferred_many>::value &&

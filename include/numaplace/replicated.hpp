@@ -76,10 +76,12 @@ public:
     /// \throws unknown_node for an id not in the topology; invalid_placement for an empty node set;
     /// std::bad_array_new_length when n × sizeof(T) overflows; std::invalid_argument for a null source
     /// with n > 0; placement_error when a mapping fails, or a
-    /// binding is refused and `fb` is strict (nothing is kept).
+    /// binding is refused and `fb` is strict (nothing is kept). With `pages` explicit, each copy's whole
+    /// pages come from its own node's pool (`detail::place_on_pages`: strict throws ENOMEM naming the node
+    /// and the free pages; degrading records it and keeps that copy on transparent pages).
     replicated(const T* source, std::size_t n, const node_set& nodes = topology::get().with_cpus(),
-               fallback fb = fallback::strict)
-        : fallback_(fb) {
+               fallback fb = fallback::strict, page_size pages = page_size::transparent)
+        : fallback_(fb), pages_(pages) {
         const topology& topo = topology::get();
         topo.check(nodes);
         if (nodes.empty()) detail::throw_invalid("replicated: empty node set");
@@ -113,8 +115,9 @@ public:
     /// \effects `replicated(r.data(), r.size(), nodes, fb)` for a contiguous range of T.
     template <class Range, class = std::enable_if_t<std::is_convertible<decltype(std::declval<const Range&>().data()), const T*>::value>,
               class = decltype(std::declval<const Range&>().size())>
-    explicit replicated(const Range& r, const node_set& nodes = topology::get().with_cpus(), fallback fb = fallback::strict)
-        : replicated(r.data(), r.size(), nodes, fb) {}
+    explicit replicated(const Range& r, const node_set& nodes = topology::get().with_cpus(), fallback fb = fallback::strict,
+                        page_size pages = page_size::transparent)
+        : replicated(r.data(), r.size(), nodes, fb, pages) {}
 
     replicated(const replicated&) = delete;
     replicated& operator=(const replicated&) = delete;
@@ -223,8 +226,8 @@ private:
     static bool refused(const copy& c) noexcept { return c.data && !c.bound; }
     // Admitted and bound through the one placement path (degrading: written from its node's arena).
     bool bind(const copy& c) {
-        return detail::place(c.data, mapped_bytes(), memory::policy_mode::bind, node_set{c.node}, fallback_,
-                             "replicated: ");
+        return detail::place_on_pages(c.data, mapped_bytes(), memory::policy_mode::bind, node_set{c.node}, fallback_, pages_,
+                                      "replicated: ");
     }
     // Copies never share a huge page: with THP on, a copy of at least a huge page starts on a huge-page
     // boundary and spans whole huge pages; a smaller one has huge pages kept off (its own mapping flags,
@@ -236,7 +239,8 @@ private:
     std::size_t copy_alignment() const noexcept {
         std::size_t a = alignof(T) > detail::page_size() ? alignof(T) : detail::page_size();
         if (huge_copies() && a < detail::huge_page_size()) a = detail::huge_page_size();
-        return a;
+        const std::size_t e = pages_ == page_size::largest_explicit ? explicit_page_bytes(page_size::explicit_2m) : explicit_page_bytes(pages_);
+        return e != 0 && bytes_per_copy() >= e && a < e ? e : a; // explicit pages: a copy starts on one
     }
     std::size_t mapped_bytes() const noexcept {
         if (!huge_copies()) return bytes_per_copy();
@@ -295,6 +299,7 @@ private:
     void steal(replicated& other) noexcept {
         size_ = std::exchange(other.size_, 0);
         fallback_ = other.fallback_;
+        pages_ = other.pages_;
         nodes_ = std::move(other.nodes_);
         copies_ = std::move(other.copies_);
         nearest_ = std::move(other.nearest_);
@@ -305,6 +310,7 @@ private:
 
     std::size_t size_ = 0;
     fallback fallback_ = fallback::strict;
+    page_size pages_ = page_size::transparent;
     node_set nodes_;
     std::vector<copy> copies_;
     std::vector<std::size_t> nearest_; // node id -> index of its copy

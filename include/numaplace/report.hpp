@@ -8,6 +8,7 @@
 #include "diagnostics.hpp"
 #include "observe.hpp"
 #include "tiers.hpp"
+#include "huge_pages.hpp"
 #include "topology.hpp"
 
 #include <algorithm>
@@ -127,6 +128,42 @@ inline void print_tier_table(std::ostream& os, const memory_tier_table& table) {
     }
 }
 
+/// \effects prints the explicit huge page pools of every node of `topo` (size, total, free, surplus) and
+/// what limits this process's use of them (hugetlb cgroup, RLIMIT_MEMLOCK, hugetlbfs), one line each,
+/// after a line `explicit huge pages:`. For a topology that is not this system's: "not read".
+inline void print_huge_pages(std::ostream& os, const topology& topo) {
+    os << "\nexplicit huge pages:         ";
+    if (!topo.is_this_system()) {
+        os << "not read (the topology is not this system's)";
+        return;
+    }
+    const std::vector<std::size_t> sizes = explicit_page_sizes();
+    if (sizes.empty()) {
+        os << "none (no hugetlb in this kernel, or /sys/kernel/mm/hugepages hidden): explicit page sizes throw (strict) or fall back";
+        return;
+    }
+    for (std::size_t i = 0; i < sizes.size(); ++i) os << (i ? ", " : "") << page_bytes_name(sizes[i]);
+    os << " (MAP_HUGETLB: pages from each node's own pool, faulted in at allocation)";
+    for (const auto& n : topo.nodes()) {
+        os << "\n  node " << n.id << " pools:";
+        const std::vector<huge_page_pool> pools = huge_page_pools(n.id, topo);
+        for (std::size_t i = 0; i < pools.size(); ++i)
+            os << (i ? ";" : "") << ' ' << page_bytes_name(pools[i].page_bytes) << ": " << pools[i].total << " total, "
+               << pools[i].free << " free, " << pools[i].surplus << " surplus";
+    }
+    for (std::size_t s : sizes) {
+        const huge_page_usability u = huge_page_usage_limits(s);
+        os << "\n  usable " << page_bytes_name(s) << ": ";
+        if (!u.cgroup_visible) os << "no hugetlb cgroup limit visible";
+        else if (!u.cgroup_limited) os << "hugetlb cgroup: no limit (" << u.cgroup_file << ')';
+        else os << "hugetlb cgroup limit " << u.cgroup_limit << " bytes, " << u.cgroup_usage << " used (" << u.cgroup_file << ')';
+    }
+    const std::size_t memlock = detail::os_memlock_limit();
+    os << "\n  RLIMIT_MEMLOCK: " << (memlock == SIZE_MAX ? std::string("unlimited") : std::to_string(memlock) + " bytes")
+       << " (limits SHM_HUGETLB shared memory only, not MAP_HUGETLB); hugetlbfs "
+       << (detail::os_hugetlbfs_mounted() ? "mounted" : "not mounted (MAP_HUGETLB needs none)");
+}
+
 /// Prints nodes, CPUs, memory, distances and every capability, `numactl --hardware` style, with the
 /// degradations spelled out, and which groups of observation (observe.hpp) work here and why not.
 inline void print_report(std::ostream& os, const topology& topo = topology::get()) {
@@ -180,6 +217,7 @@ inline void print_report(std::ostream& os, const topology& topo = topology::get(
                                         : " (bind_with_balancing strict throws; degrading binds without it)");
     }
     os << "\ntransparent huge pages:      " << caps.thp;
+    print_huge_pages(os, topo);
     os << "\nmemory attributes (HMAT):    " << yes_no(caps.memory_attributes)
        << (caps.memory_attributes ? " (memory tiers: tiers.hpp)" : " (no bandwidth or latency from the firmware: memory tiers unknown)");
     if (caps.memory_attributes)

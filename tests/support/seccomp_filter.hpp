@@ -58,6 +58,23 @@ inline bool refuse_mbind_mode_flags_with_einval(unsigned mode_flags) {
     return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
 }
 
+/// Installs a filter on the calling thread under which `mmap` fails with `error` whenever its flags
+/// argument has any bit of `flags` set (e.g. MAP_HUGETLB: a sandbox that forbids huge pages, applied
+/// after start-up). Everything else is allowed. \returns false with errno set if it could not.
+inline bool refuse_mmap_flags_with(unsigned flags, int error) {
+    const unsigned flags_low = static_cast<unsigned>(offsetof(seccomp_data, args) + 3 * sizeof(__u64)); // little endian
+    std::vector<sock_filter> prog{
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<unsigned>(offsetof(seccomp_data, nr))),
+        BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, static_cast<unsigned>(SYS_mmap), 0, 3),
+        BPF_STMT(BPF_LD | BPF_W | BPF_ABS, flags_low),
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, flags, 0, 1),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (static_cast<unsigned>(error) & SECCOMP_RET_DATA)),
+        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)};
+    sock_fprog fprog{static_cast<unsigned short>(prog.size()), prog.data()};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) return false;
+    return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fprog) == 0;
+}
+
 } // namespace numaplace_test
 
 #endif

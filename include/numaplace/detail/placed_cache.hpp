@@ -12,6 +12,7 @@
 #include "config.hpp"
 #include "fork.hpp"
 #include "heap/large_cache.hpp"
+#include "hugetlb.hpp"
 #include "linux.hpp"
 #include "moved_ranges.hpp"
 #include "../memory.hpp"
@@ -37,6 +38,20 @@ struct has_reuse_hooks : std::false_type {};
 template <class P>
 struct has_reuse_hooks<P, decltype(std::declval<const P&>().reusable(nullptr),
                                    std::declval<const P&>().reused(nullptr, std::size_t(0)), void())> : std::true_type {};
+template <class P, class = void>
+struct has_pages : std::false_type {};
+template <class P>
+struct has_pages<P, decltype(std::declval<const P&>().pages(), void())> : std::true_type {};
+
+// Optional member of a placement: `pages()`, its page size; blocks on explicit huge pages (any value but
+// the first, `page_size::transparent`) are not inherited by a forked child (MADV_DONTFORK, place.hpp), so a
+// child never hands out or unmaps its parent's cached ones.
+template <class P>
+int explicit_owner(const P& p) noexcept {
+    if constexpr (has_pages<P>::value) return p.pages() != decltype(p.pages()){} ? os_process_id() : 0;
+    (void)p;
+    return 0;
+}
 
 /// The process's cache of freed own mappings, under one mutex: a fixed table (nothing is allocated).
 class placed_cache {
@@ -68,7 +83,8 @@ public:
             std::lock_guard<std::mutex> lock(mutex_);
             decay(os_now_ms(), victims, victim_bytes, n);
             for (entry& e : table_)
-                if (e.p && e.tag == &tag<P>::id && e.bytes == bytes && e.alignment == alignment &&
+                if (e.p && inherited(e)) forget(e);
+                else if (e.p && e.tag == &tag<P>::id && e.bytes == bytes && e.alignment == alignment &&
                     *std::launder(reinterpret_cast<const P*>(e.key)) == placement) {
                     found = e.p;
                     cached_ -= memory::page_round(e.bytes);
@@ -145,6 +161,7 @@ public:
                 slot->alignment = alignment;
                 slot->freed_at = now;
                 slot->tag = &tag<P>::id;
+                slot->owner = explicit_owner(placement);
                 ::new (static_cast<void*>(slot->key)) P(placement);
                 cached_ += length;
                 p = nullptr;
@@ -190,6 +207,7 @@ private:
         std::size_t bytes = 0, alignment = 0;
         std::int64_t freed_at = 0;
         const char* tag = nullptr;
+        int owner = 0; // explicit huge pages: the process that mapped them (0: any)
         alignas(std::max_align_t) unsigned char key[key_bytes] = {};
     };
 
@@ -201,7 +219,14 @@ private:
             if (e.p && (!o || e.freed_at < o->freed_at)) o = &e;
         return o;
     }
+    // A block on explicit pages cached by the parent of this forked child: not mapped here.
+    static bool inherited(const entry& e) noexcept { return e.owner != 0 && e.owner != os_process_id(); }
+    void forget(entry& e) noexcept {
+        cached_ -= memory::page_round(e.bytes);
+        e.p = nullptr;
+    }
     void evict(entry& e, void** victims, std::size_t* victim_bytes, std::size_t& n) noexcept {
+        if (inherited(e)) return forget(e); // its address may be another mapping's in this child
         victims[n] = e.p;
         victim_bytes[n++] = e.bytes;
         cached_ -= memory::page_round(e.bytes);

@@ -33,12 +33,18 @@ heap_source heap_source_of(const Placement& p) noexcept {
     return {false, p.on_refusal()};
 }
 
-/// \returns the heap slot serving `bytes` at `alignment` for `Placement`, or heap_no_slot (own mapping).
-/// \notes `on_node` pools every class up to 1 MiB; the other placements pool blocks below a page only
-/// (their larger blocks must be spread page by page).
+/// \returns whether `p` maps its own memory on explicit huge pages (never the heap's small-page
+/// blocks of a page or more, never its large-block cache: placed_cache keeps them by placement and size).
+inline bool on_explicit_pages(const on_node& p) noexcept { return p.pages() != numaplace::page_size::transparent; }
+
+/// \returns the heap slot serving `bytes` at `alignment` for `placement`, or heap_no_slot (own mapping).
+/// \notes `on_node` pools every class up to 1 MiB (below a page only on explicit pages); the other
+/// placements pool blocks below a page only (their larger blocks must be spread page by page).
 template <class Placement>
-std::size_t route_slot(std::size_t bytes, std::size_t alignment) noexcept {
-    if (std::is_same<Placement, on_node>::value) return heap_slot(bytes, alignment);
+std::size_t route_slot(const Placement& placement, std::size_t bytes, std::size_t alignment) noexcept {
+    if constexpr (std::is_same<Placement, on_node>::value)
+        if (NUMAPLACE_LIKELY(!on_explicit_pages(placement)) || bytes < page_size()) return heap_slot(bytes, alignment);
+    (void)placement;
     const std::size_t c = heap_class(bytes, alignment);
     return bytes < page_size() && c != heap_no_class && heap_table.info[c].size <= page_size() ? c : heap_no_slot;
 }
@@ -50,7 +56,7 @@ std::size_t route_slot(std::size_t bytes, std::size_t alignment) noexcept {
 template <class Placement>
 NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
     if constexpr (std::is_same<Placement, on_node>::value) {
-        if (large_cache::serves(bytes, alignment)) {
+        if (!on_explicit_pages(placement) && large_cache::serves(bytes, alignment)) {
             const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
             if (thread_cache* tc = thread_cache::current()) tc->give_runs(heap); // they may serve it
             return heap_registry::instance().at(heap).take_large(bytes, alignment);
@@ -66,7 +72,7 @@ template <class Placement>
 NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
     if (!p) return;
     if constexpr (std::is_same<Placement, on_node>::value) {
-        if (large_cache::serves(bytes, alignment)) {
+        if (!on_explicit_pages(placement) && large_cache::serves(bytes, alignment)) {
             heap_registry::instance().at(heap_index(placement.home_node(), heap_source_of(placement))).give_large(p, bytes);
             return;
         }
@@ -92,7 +98,7 @@ NUMAPLACE_NOINLINE inline void* routed_heap_allocate(std::size_t heap, std::size
 /// \requires `alignment` a power of two (callers check a user's: node_pool_resource).
 template <class Placement>
 NUMAPLACE_ALWAYS_INLINE void* routed_allocate(const Placement& placement, std::size_t bytes, std::size_t alignment) {
-    const std::size_t slot = route_slot<Placement>(bytes, alignment);
+    const std::size_t slot = route_slot(placement, bytes, alignment);
     if (NUMAPLACE_UNLIKELY(slot == heap_no_slot)) return routed_own_mapping(placement, bytes, alignment);
     const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
     if (thread_cache* tc = thread_cache::current())
@@ -103,7 +109,7 @@ NUMAPLACE_ALWAYS_INLINE void* routed_allocate(const Placement& placement, std::s
 template <class Placement>
 NUMAPLACE_ALWAYS_INLINE void routed_deallocate(const Placement& placement, void* p, std::size_t bytes,
                                                std::size_t alignment) noexcept {
-    const std::size_t slot = route_slot<Placement>(bytes, alignment);
+    const std::size_t slot = route_slot(placement, bytes, alignment);
     if (NUMAPLACE_UNLIKELY(slot == heap_no_slot)) return routed_unmap(placement, p, bytes, alignment);
     const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
     if (thread_cache* tc = thread_cache::current())
