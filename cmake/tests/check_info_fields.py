@@ -30,6 +30,17 @@ TEXT_TO_JSON = {
     "MPOL_WEIGHTED_INTERLEAVE": ["capabilities.weighted_interleave"],
     "MPOL_F_NUMA_BALANCING": ["capabilities.numa_balancing_bind"],
     "transparent huge pages": ["capabilities.transparent_huge_pages"],
+    # explicit huge pages (huge_pages.hpp): the sizes line stands alone when the topology is not this
+    # system's (no pools read), so it carries the limits too
+    "explicit huge pages": ["huge_pages.sizes", "huge_pages.pools", "huge_pages.usable", "huge_pages.memlock_limit_bytes",
+                            "huge_pages.memlock_applies_to", "huge_pages.hugetlbfs_mounted"],
+    "node N pools": ["huge_pages.pools[].node", "huge_pages.pools[].page_bytes", "huge_pages.pools[].total",
+                     "huge_pages.pools[].free", "huge_pages.pools[].surplus"],
+    "usable N MiB": ["huge_pages.usable[].page_bytes", "huge_pages.usable[].cgroup_visible",
+                     "huge_pages.usable[].cgroup_limit_bytes", "huge_pages.usable[].cgroup_usage_bytes"],
+    "usable N GiB": ["huge_pages.usable[].page_bytes", "huge_pages.usable[].cgroup_visible",
+                     "huge_pages.usable[].cgroup_limit_bytes", "huge_pages.usable[].cgroup_usage_bytes"],
+    "RLIMIT_MEMLOCK": ["huge_pages.memlock_limit_bytes", "huge_pages.memlock_applies_to", "huge_pages.hugetlbfs_mounted"],
     "kernel.numa_balancing": ["capabilities.numa_balancing"],
     "memory attributes (HMAT)": ["capabilities.memory_attributes"],
     "memory tiers from node N": ["memory_tiers[].initiator", "memory_tiers[].ranked_by", "memory_tiers[].tiers[].nodes",

@@ -104,8 +104,9 @@ public:
     page_size pages() const noexcept { return pages_; }
 
     /// \returns why the pools cannot hold an array of `part` placed this way (a `partitioned_explicit` whose
-    /// blocks need more pages of a node's pool than it has free, or a size the kernel lacks), naming the
-    /// node, the page size and the free pages; empty when they can (and for every other kind).
+    /// blocks need more pages of a node's pool than it has free, a block smaller than one page, or a size
+    /// the kernel lacks), naming the node, the page size and the free pages; empty when they can (and for
+    /// every other kind).
     template <class T>
     std::string unavailable(const partition<T>& part) const {
         if (kind_ != compared_kind::partitioned_explicit || part.empty()) return std::string();
@@ -116,6 +117,9 @@ public:
         for (std::size_t k = 0; k < split.block_count(); ++k) {
             const block b = split.block(k);
             need[k] = (b.end - b.begin) * split.unit_bytes() / page; // whole pages: the tail is on small pages
+            if (need[k] == 0 && b.end > b.begin) // the placement refuses a block below one page (EINVAL)
+                return "the block of node " + std::to_string(split.nodes()[k]) + " is smaller than one " +
+                       page_bytes_name(page) + " page";
         }
         int node = -1;
         return detail::pools_short(page, split.nodes(), need, node);
