@@ -125,7 +125,7 @@ public:
     }
 
     /// \returns a digest of the parts' page counts, in order (FNV-1a, 64 bits). Node ids are not in it:
-    /// processes in other cpusets number the nodes differently.
+    /// processes in other cpusets number the nodes differently; nor is the page size (an opener checks the file's).
     std::uint64_t digest() const noexcept {
         std::uint64_t h = 14695981039346656037ull;
         auto mix = [&h](std::uint64_t v) {

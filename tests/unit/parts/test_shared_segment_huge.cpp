@@ -139,6 +139,13 @@ TEST(shared_segment_huge, strict_without_free_pages_throws_enomem_naming_the_nod
     }
     EXPECT_EQ(frees(), before) << "no pool page taken";
     EXPECT_EQ(degradation_count(), degraded) << "strict records nothing";
+    // 1 GiB: no node here has a free one (ENOMEM), or the kernel has no such pool (EINVAL); named either way
+    try {
+        shared_segment::create(segment_layout({{0, 1}}).with_pages(page_size::explicit_1g));
+        FAIL() << "no placement_error for 1 GiB";
+    } catch (const placement_error& e) {
+        EXPECT_TRUE(has_error(e, explicit_page_supported(std::size_t(1) << 30) ? ENOMEM : EINVAL, "explicit 1 GiB pages")) << e.what();
+    }
 }
 
 TEST(shared_segment_huge, degrading_without_free_pages_makes_a_small_page_segment) {
