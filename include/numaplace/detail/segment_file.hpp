@@ -4,7 +4,9 @@
 /// \file
 /// The file of a shared segment beside its parts (shared_segment.hpp): the trailer page after the parts
 /// that says which layout made it, how the creator writes it without a SIGBUS on a full file system,
-/// and how an opener waits for a creator still at work (the size is set, then the trailer written).
+/// and how an opener waits for a creator still at work (the size is set, then the trailer written) and
+/// checks the file (its page size, size and trailer); the owned descriptor, the name check, the read
+/// of resident pages that lets `where` see pages other processes faulted in.
 
 #include "linux.hpp"
 #include "../error.hpp"
