@@ -12,10 +12,14 @@
 /// file-backed mapping reads ahead several pages on the reader's node. Here the creator `mbind`s each
 /// block of the shared mapping to its node before anyone touches it; shmem keeps that policy per range
 /// of the file (not per mapping), so every process's faults obey it, in any order. Every mapping of the
-/// segment is marked `MADV_NOHUGEPAGE` unless every block edge falls on a huge page.
+/// segment is marked `MADV_NOHUGEPAGE` unless every block edge falls on a huge page. On explicit huge
+/// pages (`segment_layout::with_pages`) the parts are whole pages of a hugetlb file, bound and faulted in
+/// by the creator (docs/huge-pages.md, "Shared segments").
 
 #include "detail/linux.hpp"
 #include "detail/segment_file.hpp"
+#include "detail/segment_huge.hpp"
+#include "huge_pages.hpp"
 #include "error.hpp"
 #include "place.hpp"
 #include "topology.hpp"
@@ -77,6 +81,33 @@ public:
         if (total == 0) detail::throw_invalid("segment_layout: zero pages");
     }
 
+    /// \effects this layout on explicit huge pages: each part rounded up to whole pages of `ps` (a hugetlb
+    /// file holds no smaller page), the offsets with them; `largest_explicit` means `explicit_2m` (every
+    /// process builds the same layout, whatever the pools); `transparent` gives the small-page layout.
+    /// \returns the layout. \throws std::bad_array_new_length when the rounded size overflows.
+    segment_layout with_pages(page_size ps) const {
+        segment_layout l = *this;
+        l.pages_ = ps == page_size::largest_explicit ? page_size::explicit_2m : ps;
+        const std::size_t small = detail::page_size(), per = explicit_page_bytes(l.pages_) / small;
+        if (per <= 1 || parts_.empty()) return l;
+        const std::size_t max_pages = static_cast<std::size_t>(std::numeric_limits<off_t>::max()) / small / per * per;
+        std::size_t total = 0;
+        for (std::size_t k = 0; k < l.parts_.size(); ++k) {
+            std::size_t& n = l.parts_[k].pages;
+            if (n > max_pages - total) detail::throw_bad_length();
+            n = (n + per - 1) / per * per;
+            if (n > max_pages - total) detail::throw_bad_length();
+            total += n;
+            l.offsets_[k + 1] = total * small;
+        }
+        return l;
+    }
+    /// \returns the pages of the segment: `transparent` (small pages, the default) or an explicit size.
+    page_size pages() const noexcept { return pages_; }
+    /// \returns the bytes of one page of the segment's file: the explicit size, or the small page.
+    std::size_t page_bytes() const noexcept {
+        return pages_ == page_size::transparent ? detail::page_size() : explicit_page_bytes(pages_);
+    }
     /// \returns the number of parts.
     std::size_t size() const noexcept { return parts_.size(); }
     const std::vector<segment_part>& parts() const noexcept { return parts_; } ///< \returns the parts, in block order.
@@ -94,7 +125,7 @@ public:
     }
 
     /// \returns a digest of the parts' page counts, in order (FNV-1a, 64 bits). Node ids are not in it:
-    /// processes in other cpusets number the nodes differently.
+    /// processes in other cpusets number the nodes differently; nor is the page size (an opener checks the file's).
     std::uint64_t digest() const noexcept {
         std::uint64_t h = 14695981039346656037ull;
         auto mix = [&h](std::uint64_t v) {
@@ -106,7 +137,7 @@ public:
     }
 
     friend bool operator==(const segment_layout& a, const segment_layout& b) noexcept {
-        if (a.parts_.size() != b.parts_.size()) return false;
+        if (a.parts_.size() != b.parts_.size() || a.pages_ != b.pages_) return false;
         for (std::size_t k = 0; k < a.parts_.size(); ++k)
             if (a.parts_[k].node != b.parts_[k].node || a.parts_[k].pages != b.parts_[k].pages) return false;
         return true;
@@ -116,6 +147,7 @@ public:
 private:
     std::vector<segment_part> parts_;
     std::vector<std::size_t> offsets_;
+    page_size pages_ = page_size::transparent;
 };
 
 /// A block of a mapped segment.
@@ -124,36 +156,6 @@ struct segment_block {
     std::size_t bytes = 0; ///< its size
     int node = -1;         ///< its node
 };
-
-namespace detail {
-// An owned file descriptor.
-class unique_fd {
-public:
-    unique_fd() = default;
-    explicit unique_fd(int fd) noexcept : fd_(fd) {}
-    unique_fd(unique_fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-    unique_fd& operator=(unique_fd&& o) noexcept {
-        if (this != &o) reset(std::exchange(o.fd_, -1));
-        return *this;
-    }
-    ~unique_fd() { reset(); }
-    int get() const noexcept { return fd_; }
-    void reset(int fd = -1) noexcept {
-        if (fd_ >= 0) detail::os_close(fd_);
-        fd_ = fd;
-    }
-
-private:
-    int fd_ = -1;
-};
-
-inline void check_shm_name(const std::string& name) {
-    if (name.size() < 2 || name.size() > NAME_MAX || name[0] != '/' || name.find('/', 1) != std::string::npos ||
-        name.find('\0') != std::string::npos || name == "/." || name == "/..")
-        throw_invalid("shared_segment: name '" + name + "' must be '/' followed by 1.." + std::to_string(NAME_MAX - 1) +
-                      " characters without '/', and not '.' or '..'");
-}
-} // namespace detail
 
 /// A shared-memory segment laid out by a `segment_layout`, mapped read-write in this process. Created
 /// by one process (`create`), opened by the others by name (`open`) or by a file descriptor they
@@ -174,9 +176,19 @@ public:
     /// strict, the binding (e.g. EPERM under a seccomp filter; ENOMEM when a part exceeds its node's
     /// memory); a degrading segment then leaves the pages to first touch and records it in
     /// `degradations()`. Nothing is left behind when it throws. \returns the segment, mapped.
+    /// On explicit pages (`layout.pages()`), a `memfd_create(MFD_HUGETLB)` file instead: every node's pool
+    /// is checked first (the trailer is one explicit page, on the last part's node), then each part is
+    /// bound to its node and faulted in (MADV_POPULATE_WRITE), so openers never fault a page in. A pool
+    /// short, no pool of the size, a cgroup limit or a refused binding: strict throws placement_error
+    /// (ENOMEM naming the node, page size, pages needed and free, before any pool page is taken; EINVAL:
+    /// no such size), degrading records why and makes a small-page segment of the same layout.
     static shared_segment create(const segment_layout& layout, fallback fb = fallback::strict) {
         check_layout(layout);
         check_nodes(layout);
+        if (layout.pages() != page_size::transparent) {
+            shared_segment s = make_huge(layout, fb);
+            if (s.data_) return s;
+        }
         const int made = detail::os_memfd("numaplace-segment");
         if (made < 0) detail::throw_placement(-1, layout.bytes(), -made, "shared_segment: memfd_create failed");
         detail::unique_fd fd(made);
@@ -187,12 +199,20 @@ public:
     /// `shm_open`), which must not exist yet. This object unlinks the name when it is destroyed in the
     /// creating process (mappings and descriptors others hold stay valid).
     /// \throws invalid_placement for a malformed name; std::system_error when `shm_open` fails (EEXIST:
-    /// the name exists); as `create` otherwise (the name is unlinked again). \returns the segment, mapped.
+    /// the name exists); as `create` otherwise (the name is unlinked again); placement_error ENOTSUP for a
+    /// layout on explicit pages when strict (a named segment is tmpfs, /dev/shm: no explicit page; share
+    /// an anonymous one's `fd()`), recorded and made on small pages when degrading. \returns the segment, mapped.
     static shared_segment create(const std::string& name, const segment_layout& layout,
                                  fallback fb = fallback::strict) {
         detail::check_shm_name(name);
         check_layout(layout);
         check_nodes(layout);
+        if (layout.pages() != page_size::transparent)
+            detail::refused(ENOTSUP, -1, layout.bytes(), fb,
+                            "shared_segment: " + name + " on explicit " + page_bytes_name(layout.page_bytes()) +
+                                " pages (POSIX shared memory is tmpfs, without explicit pages; hugetlbfs " +
+                                (detail::os_hugetlbfs_mounted() ? "mounted but not used" : "not mounted") + ")",
+                            "made on small pages");
         const int made = detail::os_shm_open(name.c_str(), true);
         if (made < 0) throw std::system_error(-made, std::generic_category(), "numaplace: shm_open " + name);
         detail::unique_fd fd(made);
@@ -243,7 +263,7 @@ public:
     shared_segment(shared_segment&& o) noexcept
         : fd_(std::move(o.fd_)), data_(std::exchange(o.data_, nullptr)), layout_(std::move(o.layout_)),
           name_(std::move(o.name_)), creator_pid_(std::exchange(o.creator_pid_, 0)),
-          bound_(std::exchange(o.bound_, false)) {
+          bound_(std::exchange(o.bound_, false)), page_(std::exchange(o.page_, 0)) {
         o.layout_ = segment_layout();
         o.name_.clear();
     }
@@ -257,6 +277,7 @@ public:
             name_ = std::move(o.name_);
             creator_pid_ = std::exchange(o.creator_pid_, 0);
             bound_ = std::exchange(o.bound_, false);
+            page_ = std::exchange(o.page_, 0);
             o.layout_ = segment_layout();
             o.name_.clear();
         }
@@ -275,6 +296,9 @@ public:
     const segment_layout& layout() const noexcept { return layout_; }
     /// \returns the segment's file descriptor (-1 when empty); valid as long as this object.
     int fd() const noexcept { return fd_.get(); }
+    /// \returns the bytes of a page of the segment's file: the explicit size on explicit pages, the small
+    /// page otherwise (a degraded segment's too); 0 when empty.
+    std::size_t page_bytes() const noexcept { return data_ ? page_ : 0; }
     /// \returns the POSIX name, or "" for a memfd segment.
     const std::string& name() const noexcept { return name_; }
     /// \returns whether the creator bound the parts to their nodes (false: a degrading segment fell
@@ -295,13 +319,13 @@ public:
     /// \throws std::out_of_range as `block`; std::system_error when the kernel refuses the query.
     page_histogram where(std::size_t k) const {
         segment_block b = block(k);
-        map_resident(b.data, b.bytes);
+        detail::map_resident(b.data, b.bytes);
         return numaplace::where(b.data, b.bytes);
     }
     /// \returns the pages of the whole segment per node (see `where(k)`).
     page_histogram where() const {
         if (!data_) return numaplace::where(nullptr, 0);
-        map_resident(data_, layout_.bytes());
+        detail::map_resident(data_, layout_.bytes());
         return numaplace::where(data_, layout_.bytes());
     }
 
@@ -309,7 +333,7 @@ private:
     static void check_layout(const segment_layout& layout) {
         if (layout.size() == 0) detail::throw_invalid("shared_segment: empty layout");
         // the parts and the trailer page must fit a file offset
-        if (layout.bytes() > static_cast<std::size_t>(std::numeric_limits<off_t>::max()) - detail::page_size())
+        if (layout.bytes() > static_cast<std::size_t>(std::numeric_limits<off_t>::max()) - layout.page_bytes())
             detail::throw_bad_length();
     }
     static void check_nodes(const segment_layout& layout) {
@@ -328,7 +352,7 @@ private:
                                        "shared_segment: ", detail::range_origin::foreign);
         // Mapped and bound before the file has its size: an opener (which checks the size) can map it
         // only once every part is bound, so whoever touches first, the policy holds.
-        shared_segment s = map(fd, layout);
+        shared_segment s = map(fd, layout, detail::page_size());
         // The name is owned (unlinked by the destructor) only once this returns: until then the caller
         // unlinks it on failure, exactly once.
         auto own_name = [&s, &name] {
@@ -349,83 +373,55 @@ private:
                                         std::to_string(part.node));
             memory::unbind(s.data_, layout.bytes());
         }
-        // Then the file gets its size, which publishes the segment (openers wait for it), and the trailer
-        // page after the parts says which layout made it (detail/segment_file.hpp). A file system with less
-        // room than the segment (a full /dev/shm) is refused first: its pages would be a SIGBUS at touch.
-        const std::size_t page = detail::page_size();
-        std::size_t room = 0;
-        if (detail::os_file_system_free(s.fd_.get(), room) == 0 && room < layout.bytes() + page)
-            detail::throw_placement(-1, layout.bytes(), ENOSPC,
-                                    "shared_segment: its file system has " + std::to_string(room) +
-                                        " bytes free, the segment needs " + std::to_string(layout.bytes() + page));
-        if (const int err = detail::os_resize(s.fd_.get(), layout.bytes() + page))
-            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: ftruncate failed");
-        if (const int err = detail::write_segment_trailer(s.fd_.get(), layout.bytes(), trailer_of(layout)))
-            detail::throw_placement(-1, layout.bytes(), err, "shared_segment: writing the layout trailer page failed");
+        // Then the file gets its size (openers wait for it) and its trailer (detail/segment_file.hpp).
+        detail::publish_segment_file(s.fd_.get(), layout.bytes(), trailer_of(layout));
         s.bound_ = bound;
         own_name();
         return s;
     }
 
+    // A segment on explicit pages (detail/segment_huge.hpp); empty when it degraded (recorded).
+    static shared_segment make_huge(const segment_layout& layout, fallback fb) {
+        std::vector<detail::segment_span> spans;
+        for (std::size_t k = 0; k < layout.size(); ++k) spans.push_back({layout.parts()[k].node, layout.bytes(k)});
+        const std::size_t page = layout.page_bytes();
+        detail::unique_fd fd;
+        void* p = nullptr;
+        detail::segment_refusal r = detail::check_segment_pools(spans, page);
+        if (r.err == 0) r = detail::make_huge_segment_file(spans, layout.bytes(), page, trailer_of(layout), fd, p);
+        if (r.err != 0) {
+            if (fb == fallback::strict) detail::throw_placement(r.node, layout.bytes(), r.err, "shared_segment: " + r.why);
+            detail::degradation_log::instance().record("shared_segment: " + r.why + ": a segment of small pages instead");
+            return shared_segment();
+        }
+        shared_segment s = map(fd, layout, page, p);
+        s.bound_ = true;
+        return s;
+    }
+
     static shared_segment make_opened(detail::unique_fd fd, const segment_layout& layout) {
-        // The creator binds, sets the size, writes the trailer: a size 0 or a zero trailer is a creator at work.
-        std::size_t size = 0;
-        bool regular = true;
-        int err = 0;
-        const bool sized = detail::wait_for_segment_creator(
-            [&] { return (err = detail::os_file_size(fd.get(), size, &regular)) != 0 || size != 0 || !regular; });
-        if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace: fstat of shared segment");
-        if (!regular) detail::throw_invalid("shared_segment: not a shared memory file (a device, directory or pipe)");
-        if (!sized)
-            throw std::system_error(EAGAIN, std::generic_category(),
-                                    "numaplace: the shared segment has no size yet: its creator did not finish within " +
-                                        std::to_string(detail::segment_creator_wait_ms) + " ms (or died; `remove` its name)");
-        const std::size_t page = detail::page_size();
-        if (size != layout.bytes() + page)
-            detail::throw_invalid("shared_segment: the segment has " + std::to_string(size) +
-                                  " bytes, the layout needs " + std::to_string(layout.bytes()) + " + a trailer page");
-        detail::segment_trailer t{};
-        const detail::segment_trailer want = trailer_of(layout);
-        detail::wait_for_segment_creator([&] {
-            return (err = detail::os_read_at(fd.get(), &t, sizeof t, layout.bytes() + page - sizeof t)) != 0 || t.written();
-        });
-        if (err != 0) throw std::system_error(err, std::generic_category(), "numaplace: reading the shared segment's trailer");
-        if (std::memcmp(t.magic, want.magic, sizeof t.magic) != 0)
-            detail::throw_invalid("shared_segment: not a numaplace segment (no layout trailer)");
-        if (t.parts != want.parts || t.digest != want.digest)
-            detail::throw_invalid("shared_segment: the segment was made with another layout (" + std::to_string(t.parts) +
-                                  " parts) than this one (" + std::to_string(want.parts) + " parts of the same total size)");
-        return map(fd, layout);
+        const std::size_t page = detail::check_opened_segment(fd.get(), layout.bytes(), layout.page_bytes(),
+                                                              layout.pages() != page_size::transparent, trailer_of(layout));
+        return map(fd, layout, page);
     }
 
     static detail::segment_trailer trailer_of(const segment_layout& layout) noexcept {
         return detail::segment_trailer::of(layout.size(), layout.digest());
     }
 
-    static shared_segment map(detail::unique_fd& fd, const segment_layout& layout) {
-        void* p = nullptr;
-        if (const int err = detail::os_map_shared(fd.get(), layout.bytes(), p))
+    // Maps the segment at `fd` (or takes `p`, the creator's mapping of it).
+    static shared_segment map(detail::unique_fd& fd, const segment_layout& layout, std::size_t page, void* p = nullptr) {
+        if (const int err = p ? 0 : detail::os_map_shared(fd.get(), layout.bytes(), p))
             detail::throw_placement(-1, layout.bytes(), err, "shared_segment: mmap failed: " + detail::refusal_reason(err, true));
         // A shmem huge page is allocated whole by its first toucher (and under the policy of its first
         // small page): keep huge pages off unless no huge page can straddle two parts. Advice only.
-        if (!layout.huge_page_edges()) detail::os_advise(p, layout.bytes(), detail::page_advice::no_huge_pages);
+        if (page == detail::page_size() && !layout.huge_page_edges()) detail::os_advise(p, layout.bytes(), detail::page_advice::no_huge_pages);
         shared_segment s;
         s.fd_ = std::move(fd);
         s.data_ = static_cast<char*>(p);
         s.layout_ = layout;
+        s.page_ = page;
         return s;
-    }
-
-    // Reads every page of [p, p+bytes) that the segment holds, so that this process maps it.
-    static void map_resident(const char* p, std::size_t bytes) {
-        const std::size_t page = detail::page_size();
-        const std::size_t pages = bytes / page;
-        std::vector<unsigned char> resident(pages);
-        if (pages == 0) return;
-        if (const int err = detail::os_resident(p, bytes, resident.data()))
-            throw std::system_error(err, std::generic_category(), "numaplace: mincore of shared segment");
-        for (std::size_t i = 0; i < pages; ++i)
-            if (resident[i] & 1) (void)*static_cast<const volatile char*>(p + i * page);
     }
 
     void release() noexcept {
@@ -436,6 +432,7 @@ private:
         name_.clear();
         creator_pid_ = 0;
         bound_ = false;
+        page_ = 0;
     }
     detail::unique_fd fd_;
     char* data_ = nullptr;
@@ -443,6 +440,7 @@ private:
     std::string name_;
     pid_t creator_pid_ = 0; // unlinks the name; a forked copy of the creator does not
     bool bound_ = false;
+    std::size_t page_ = 0; // the file's page size
 };
 
 } // namespace numaplace

@@ -3,7 +3,8 @@
 
 /// \file
 /// The platform layer of explicit huge pages (hugetlb): the one other file besides detail/linux.hpp that
-/// calls the kernel (mmap with MAP_HUGETLB, getrlimit), plus the sysfs, procfs and cgroup readers of the
+/// calls the kernel (mmap with MAP_HUGETLB, memfd_create with MFD_HUGETLB, getrlimit), plus the sysfs,
+/// procfs and cgroup readers of the
 /// per-node pools. Each function returns 0 or an errno (or a value read, -1 when unreadable) and never
 /// throws; huge_pages.hpp and place.hpp decide what a refusal means. Design: docs/huge-pages.md.
 
@@ -20,6 +21,8 @@
 #include <dirent.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace numaplace {
@@ -112,6 +115,24 @@ inline int os_map_small_fixed(void* at, std::size_t length) noexcept {
 /// \returns 0 or the errno of madvise.
 inline int os_dont_fork(void* p, std::size_t length) noexcept {
     return ::madvise(p, length, MADV_DONTFORK) == 0 ? 0 : errno;
+}
+
+/// \effects creates an anonymous file of explicit huge pages of `bytes` (`memfd_create` with MFD_HUGETLB
+/// and the size's MFD_HUGE_* bits, close-on-exec; its pages come from the pools at fault).
+/// \returns the descriptor, or -errno: EINVAL (no pool of that size), ENOSYS, EPERM (seccomp).
+inline int os_memfd_hugetlb(const char* name, std::size_t bytes) noexcept {
+    constexpr unsigned memfd_cloexec = 1u, memfd_hugetlb = 4u; // MFD_CLOEXEC, MFD_HUGETLB (<linux/memfd.h>)
+    const unsigned flags = memfd_cloexec | memfd_hugetlb | (page_shift_of(bytes) << hugetlb_size_shift);
+    const long r = ::syscall(SYS_memfd_create, name, flags);
+    return r < 0 ? -(errno == 0 ? EINVAL : errno) : static_cast<int>(r);
+}
+
+/// \returns the page size of the file open at `fd`: its st_blksize, which hugetlbfs (and a MFD_HUGETLB
+/// memfd) sets to its huge page size and tmpfs to the small page; 0 when fstat fails.
+inline std::size_t os_file_page_bytes(int fd) noexcept {
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || st.st_blksize <= 0) return 0;
+    return static_cast<std::size_t>(st.st_blksize);
 }
 
 /// \returns this process's id (a forked child's differs from its parent's).
