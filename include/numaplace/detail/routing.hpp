@@ -41,7 +41,7 @@ inline bool on_explicit_pages(const on_node& p) noexcept { return p.pages() != n
 /// \notes `on_node` pools every class up to 1 MiB (below a page only on explicit pages); the other
 /// placements pool blocks below a page only (their larger blocks must be spread page by page).
 template <class Placement>
-std::size_t route_slot(const Placement& placement, std::size_t bytes, std::size_t alignment) noexcept {
+NUMAPLACE_ALWAYS_INLINE std::size_t route_slot(const Placement& placement, std::size_t bytes, std::size_t alignment) noexcept {
     if constexpr (std::is_same<Placement, on_node>::value)
         if (NUMAPLACE_LIKELY(!on_explicit_pages(placement)) || bytes < page_size()) return heap_slot(bytes, alignment);
     (void)placement;
