@@ -15,6 +15,7 @@
 
 #include <child.hpp>
 #include <expect.hpp>
+#include <huge_pools.hpp>
 #include <seccomp_filter.hpp>
 
 #include <cerrno>
@@ -34,28 +35,13 @@ using namespace numaplace;
 using numaplace_test::contains;
 
 namespace {
-constexpr std::size_t two_mib = std::size_t(2) << 20;
-
-std::string pool_file(int node, const char* name, std::size_t page = two_mib) {
-    return "/sys/devices/system/node/node" + std::to_string(topology::get().at(node).os_index) + "/hugepages/hugepages-" +
-           std::to_string(page >> 10) + "kB/" + name;
-}
-long read_count(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    long v = -1;
-    if (f) {
-        if (std::fscanf(f, "%ld", &v) != 1) v = -1;
-        std::fclose(f);
-    }
-    return v;
-}
-bool write_count(const std::string& path, long v) {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) return false;
-    const bool ok = std::fprintf(f, "%ld\n", v) > 0;
-    return std::fclose(f) == 0 && ok;
-}
-long free_pages(int node) { return read_count(pool_file(node, "free_hugepages")); }
+using numaplace_test::free_pages;
+using numaplace_test::frees;
+using numaplace_test::pool_file;
+using numaplace_test::read_count;
+using numaplace_test::reserved_pools;
+using numaplace_test::two_mib;
+using numaplace_test::write_count;
 
 bool may_reserve() {
     const char* guest = std::getenv("NUMAPLACE_GUEST_LAYOUT");
@@ -63,36 +49,11 @@ bool may_reserve() {
     return (guest && *guest) || (asked && std::strcmp(asked, "1") == 0);
 }
 
-// Sets node k's pool of 2 MiB pages to counts[k] pages (every node of the topology), and back on exit.
-class reserved_pools {
-public:
-    explicit reserved_pools(const std::vector<long>& counts) {
-        for (int k = 0; k < static_cast<int>(counts.size()); ++k) {
-            const std::string f = pool_file(k, "nr_hugepages");
-            saved_.emplace_back(f, read_count(f));
-            ok_ = write_count(f, counts[static_cast<std::size_t>(k)]) && free_pages(k) == counts[static_cast<std::size_t>(k)] && ok_;
-        }
-    }
-    ~reserved_pools() {
-        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) write_count(it->first, it->second);
-    }
-    bool ok() const { return ok_; }
-
-private:
-    std::vector<std::pair<std::string, long>> saved_;
-    bool ok_ = true;
-};
-
 #define RESERVE_OR_SKIP(name, ...)                                                                                       \
     if (!may_reserve()) GTEST_SKIP() << "reserves huge page pools: guests only (NUMAPLACE_TEST_RESERVE_HUGE_PAGES=1 on a host)"; \
     reserved_pools name(__VA_ARGS__);                                                                                    \
     ASSERT_TRUE(name.ok()) << "could not reserve 2 MiB pages through " << pool_file(0, "nr_hugepages")
 
-std::vector<long> frees() {
-    std::vector<long> f;
-    for (int k = 0; k < static_cast<int>(topology::get().size()); ++k) f.push_back(free_pages(k));
-    return f;
-}
 int nodes() { return static_cast<int>(topology::get().size()); }
 } // namespace
 

@@ -11,6 +11,7 @@
 #include <numaplace/where.hpp>
 
 #include "child.hpp"
+#include "huge_pools.hpp"
 
 #include <gtest/gtest.h>
 
@@ -28,59 +29,19 @@
 using namespace numaplace;
 
 namespace {
-constexpr std::size_t two_mib = std::size_t(2) << 20;
+using numaplace_test::frees;
+using numaplace_test::pool_file;
+using numaplace_test::read_count;
+using numaplace_test::reserved_pools;
+using numaplace_test::two_mib;
 const std::size_t small = detail::page_size();
 const std::size_t per_huge = two_mib / small; // small pages in one 2 MiB page
 
-std::string pool_file(int node, const char* name) {
-    return "/sys/devices/system/node/node" + std::to_string(topology::get().at(node).os_index) +
-           "/hugepages/hugepages-2048kB/" + name;
-}
-long read_count(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "r");
-    long v = -1;
-    if (f) {
-        if (std::fscanf(f, "%ld", &v) != 1) v = -1;
-        std::fclose(f);
-    }
-    return v;
-}
-bool write_count(const std::string& path, long v) {
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) return false;
-    const bool ok = std::fprintf(f, "%ld\n", v) > 0;
-    return std::fclose(f) == 0 && ok;
-}
 int nodes() { return static_cast<int>(topology::get().size()); }
-std::vector<long> frees() {
-    std::vector<long> f;
-    for (int k = 0; k < nodes(); ++k) f.push_back(read_count(pool_file(k, "free_hugepages")));
-    return f;
-}
 bool in_guest() {
     const char* guest = std::getenv("NUMAPLACE_GUEST_LAYOUT");
     return guest && *guest;
 }
-
-// Sets node k's pool of 2 MiB pages to counts[k] pages, and back on exit.
-class reserved_pools {
-public:
-    explicit reserved_pools(const std::vector<long>& counts) {
-        for (int k = 0; k < static_cast<int>(counts.size()); ++k) {
-            const std::string f = pool_file(k, "nr_hugepages");
-            saved_.emplace_back(f, read_count(f));
-            ok_ = write_count(f, counts[static_cast<std::size_t>(k)]) && frees()[static_cast<std::size_t>(k)] == counts[static_cast<std::size_t>(k)] && ok_;
-        }
-    }
-    ~reserved_pools() {
-        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) write_count(it->first, it->second);
-    }
-    bool ok() const { return ok_; }
-
-private:
-    std::vector<std::pair<std::string, long>> saved_;
-    bool ok_ = true;
-};
 
 #define RESERVE_OR_SKIP(name, ...)                                                                                  \
     if (!in_guest()) GTEST_SKIP() << "reserves huge page pools: guests only";                                       \

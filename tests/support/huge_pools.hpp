@@ -1,0 +1,74 @@
+// Explicit huge page pools for the tests: each node's sysfs files read and written, and pools reserved for
+// a scope (then set back). Reserving needs root: the guests, or a host where a test asks for it.
+#ifndef NUMAPLACE_TEST_HUGE_POOLS_HPP
+#define NUMAPLACE_TEST_HUGE_POOLS_HPP
+
+#include <numaplace/topology.hpp>
+
+#include <cstddef>
+#include <cstdio>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace numaplace_test {
+
+constexpr std::size_t two_mib = std::size_t(2) << 20;
+
+/// \returns the sysfs file `name` (nr_hugepages, free_hugepages, ...) of node `node`'s pool of `page` bytes.
+inline std::string pool_file(int node, const char* name, std::size_t page = two_mib) {
+    return "/sys/devices/system/node/node" + std::to_string(numaplace::topology::get().at(node).os_index) +
+           "/hugepages/hugepages-" + std::to_string(page >> 10) + "kB/" + name;
+}
+/// \returns the number in the file at `path`, or -1.
+inline long read_count(const std::string& path) {
+    std::FILE* f = std::fopen(path.c_str(), "r");
+    long v = -1;
+    if (f) {
+        if (std::fscanf(f, "%ld", &v) != 1) v = -1;
+        std::fclose(f);
+    }
+    return v;
+}
+/// \effects writes `v` to the file at `path`. \returns whether it could.
+inline bool write_count(const std::string& path, long v) {
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    if (!f) return false;
+    const bool ok = std::fprintf(f, "%ld\n", v) > 0;
+    return std::fclose(f) == 0 && ok;
+}
+/// \returns node `node`'s free 2 MiB pages, or -1.
+inline long free_pages(int node) { return read_count(pool_file(node, "free_hugepages")); }
+/// \returns every node's free 2 MiB pages, in node order.
+inline std::vector<long> frees() {
+    std::vector<long> f;
+    for (int k = 0; k < static_cast<int>(numaplace::topology::get().size()); ++k) f.push_back(free_pages(k));
+    return f;
+}
+
+/// Sets node k's pool of 2 MiB pages to counts[k] pages, and back when it ends.
+class reserved_pools {
+public:
+    explicit reserved_pools(const std::vector<long>& counts) {
+        for (int k = 0; k < static_cast<int>(counts.size()); ++k) {
+            const std::string f = pool_file(k, "nr_hugepages");
+            saved_.emplace_back(f, read_count(f));
+            ok_ = write_count(f, counts[static_cast<std::size_t>(k)]) && free_pages(k) == counts[static_cast<std::size_t>(k)] && ok_;
+        }
+    }
+    ~reserved_pools() {
+        for (auto it = saved_.rbegin(); it != saved_.rend(); ++it) write_count(it->first, it->second);
+    }
+    reserved_pools(const reserved_pools&) = delete;
+    reserved_pools& operator=(const reserved_pools&) = delete;
+    /// \returns whether every pool holds exactly its count, all free.
+    bool ok() const { return ok_; }
+
+private:
+    std::vector<std::pair<std::string, long>> saved_;
+    bool ok_ = true;
+};
+
+} // namespace numaplace_test
+
+#endif
