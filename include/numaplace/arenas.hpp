@@ -10,6 +10,7 @@
 #include "detail/fork.hpp"
 #include "detail/hwloc.hpp"
 #include "detail/linux.hpp"
+#include "detail/process_checks.hpp"
 #include "diagnostics.hpp"
 #include "topology.hpp"
 

@@ -2,10 +2,9 @@
 #define NUMAPLACE_DETAIL_HUGETLB_HPP_INCLUDED
 
 /// \file
-/// The platform layer of explicit huge pages (hugetlb): the one other file besides detail/linux.hpp that
-/// calls the kernel (mmap with MAP_HUGETLB, memfd_create with MFD_HUGETLB, getrlimit), plus the sysfs,
-/// procfs and cgroup readers of the
-/// per-node pools. Each function returns 0 or an errno (or a value read, -1 when unreadable) and never
+/// Explicit huge pages (hugetlb): the sysfs, procfs and cgroup readers of the per-node pools and the
+/// limits on them (the system calls themselves, mmap with MAP_HUGETLB and memfd_create with MFD_HUGETLB,
+/// are detail/linux.hpp's os_map_hugetlb_fixed, os_map_small_fixed, os_dont_fork, os_memfd_hugetlb). Each function returns 0 or an errno (or a value read, -1 when unreadable) and never
 /// throws; huge_pages.hpp and place.hpp decide what a refusal means. Design: docs/huge-pages.md.
 
 #include "linux.hpp"
@@ -28,16 +27,6 @@
 namespace numaplace {
 namespace detail {
 
-/// MAP_HUGETLB's size field (MAP_HUGE_SHIFT, <linux/mman.h>); the log2 of the page size goes there.
-constexpr int hugetlb_size_shift = 26;
-
-/// \returns log2 of `bytes` (a power of two), or 0 for anything else.
-constexpr unsigned page_shift_of(std::size_t bytes) noexcept {
-    unsigned s = 0;
-    if (bytes == 0 || (bytes & (bytes - 1)) != 0) return 0;
-    while ((std::size_t(1) << s) != bytes) ++s;
-    return s;
-}
 
 /// \returns the huge page sizes the kernel has a pool (an hstate) for, in bytes, ascending: the
 /// directories /sys/kernel/mm/hugepages/hugepages-<kB>kB. Empty without hugetlb (or /sys hidden).
@@ -87,44 +76,6 @@ inline hugetlb_counts os_hugetlb_node_counts(unsigned os_node, std::size_t bytes
     c.free = os_read_count(dir + "free_hugepages");
     c.surplus = os_read_count(dir + "surplus_hugepages");
     return c;
-}
-
-/// \effects replaces [at, at + length) (a range of this process's own, `at` and `length` multiples of
-/// `bytes`) by a private anonymous mapping of explicit huge pages of `bytes`, without reservation
-/// (MAP_NORESERVE: pages are taken at fault, from the pool of the node the range's policy names).
-/// \returns 0, or the errno of mmap: EINVAL (no pool of that size: no hstate), ENOMEM, EPERM (seccomp).
-/// \notes On failure the range may have been unmapped: callers put a small-page mapping back
-/// (`os_map_small_fixed`).
-inline int os_map_hugetlb_fixed(void* at, std::size_t length, std::size_t bytes) noexcept {
-    const int size_flag = static_cast<int>(page_shift_of(bytes)) << hugetlb_size_shift;
-    void* p = ::mmap(at, length, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | MAP_NORESERVE | size_flag, -1, 0);
-    return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
-}
-
-/// \effects replaces [at, at + length) (this process's own, page-aligned) by a fresh private anonymous
-/// small-page mapping (as os_map_anonymous: untouched, no reservation). \returns 0 or the errno of mmap.
-inline int os_map_small_fixed(void* at, std::size_t length) noexcept {
-    void* p = ::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
-}
-
-/// \effects a forked child does not inherit [p, p + length) (MADV_DONTFORK; MADV_WIPEONFORK is EINVAL on
-/// hugetlb): the parent keeps its huge pages to itself, so no copy-on-write of a huge page (which needs a
-/// free page of the pool, and raises SIGBUS where there is none) can ever happen in the parent.
-/// \returns 0 or the errno of madvise.
-inline int os_dont_fork(void* p, std::size_t length) noexcept {
-    return ::madvise(p, length, MADV_DONTFORK) == 0 ? 0 : errno;
-}
-
-/// \effects creates an anonymous file of explicit huge pages of `bytes` (`memfd_create` with MFD_HUGETLB
-/// and the size's MFD_HUGE_* bits, close-on-exec; its pages come from the pools at fault).
-/// \returns the descriptor, or -errno: EINVAL (no pool of that size), ENOSYS, EPERM (seccomp).
-inline int os_memfd_hugetlb(const char* name, std::size_t bytes) noexcept {
-    constexpr unsigned memfd_cloexec = 1u, memfd_hugetlb = 4u; // MFD_CLOEXEC, MFD_HUGETLB (<linux/memfd.h>)
-    const unsigned flags = memfd_cloexec | memfd_hugetlb | (page_shift_of(bytes) << hugetlb_size_shift);
-    const long r = ::syscall(SYS_memfd_create, name, flags);
-    return r < 0 ? -(errno == 0 ? EINVAL : errno) : static_cast<int>(r);
 }
 
 /// \returns the page size of the file open at `fd`: its st_blksize, which hugetlbfs (and a MFD_HUGETLB

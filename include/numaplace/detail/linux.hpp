@@ -3,7 +3,8 @@
 
 /// \file
 /// The platform layer: every system call numaplace makes (mmap, munmap, madvise, mincore, mbind,
-/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate, membarrier) is a named function
+/// get/set_mempolicy, move_pages, memfd_create, shm_open/shm_unlink, ftruncate, membarrier, perf_event_open,
+/// MAP_HUGETLB and MFD_HUGETLB) is a named function
 /// here, called directly (no libnuma), plus small /proc and /sys readers. Each returns 0 or the errno
 /// and never throws: the layers above decide what a refusal means. Nothing else in include/ calls the
 /// kernel (tests/header_deps checks it by grep); hwloc calls live in topology.hpp and arenas.hpp.
@@ -212,40 +213,6 @@ inline int os_descriptors_free(int count) noexcept {
     return err;
 }
 
-/// \effects starts `count` threads with stacks of `stack_bytes` (0: the default) that each allocate a
-/// little and wait until all have started, then ends them. \returns 0, or the errno of the first thread
-/// that could not start (EAGAIN: the address-space or process limit).
-inline int os_threads_can_start(std::size_t count, std::size_t stack_bytes) noexcept {
-    struct shared {
-        std::atomic<bool> go{false};
-    } state;
-    const auto body = [](void* arg) -> void* {
-        auto* st = static_cast<shared*>(arg);
-        std::free(std::malloc(64)); // its malloc arena too, as a worker's first allocation
-        while (!st->go.load(std::memory_order_acquire)) ::sched_yield();
-        return nullptr;
-    };
-    pthread_attr_t attr;
-    if (::pthread_attr_init(&attr) != 0) return ENOMEM;
-    if (stack_bytes != 0) ::pthread_attr_setstacksize(&attr, stack_bytes);
-    std::vector<pthread_t> started;
-    int err = 0;
-    try {
-        started.reserve(count);
-    } catch (...) {
-        err = ENOMEM;
-    }
-    for (std::size_t k = 0; k < count && err == 0; ++k) {
-        pthread_t t;
-        err = ::pthread_create(&t, &attr, body, &state);
-        if (err == 0) started.push_back(t);
-    }
-    state.go.store(true, std::memory_order_release);
-    for (pthread_t t : started) ::pthread_join(t, nullptr);
-    ::pthread_attr_destroy(&attr);
-    return err;
-}
-
 /// \returns 0 and the bytes an unprivileged writer may still use on the file system of `fd` in
 /// `bytes_free` (SIZE_MAX when it sets no size, as the kernel's own tmpfs of memfd_create), or errno.
 inline int os_file_system_free(int fd, std::size_t& bytes_free) noexcept {
@@ -307,26 +274,58 @@ inline int os_pagemap_scan_huge(int fd, std::uintptr_t start, std::uintptr_t end
     return n < 0 ? -1 : n > 0 ? 1 : 0;
 }
 inline void os_close(int fd) noexcept { ::close(fd); }
-/// \effects appends the [start, end) of every mapping of this process holding transparent huge pages
-/// (AnonHugePages of /proc/self/smaps not 0). \returns false when smaps cannot be read.
-inline bool os_huge_page_mappings(std::vector<std::pair<std::uintptr_t, std::uintptr_t>>& out) {
-    std::FILE* f = std::fopen("/proc/self/smaps", "r");
-    if (!f) return false;
-    char line[256];
-    bool at_start = true;
-    unsigned long lo = 0, hi = 0;
-    while (std::fgets(line, sizeof line, f)) {
-        unsigned long a = 0, b = 0, kb = 0; // sscanf may store a field before it fails
-        if (at_start && std::sscanf(line, "AnonHugePages: %lu", &kb) == 1) {
-            if (kb != 0) out.emplace_back(lo, hi);
-        } else if (at_start && std::sscanf(line, "%lx-%lx ", &a, &b) == 2) {
-            lo = a;
-            hi = b;
-        }
-        at_start = std::strchr(line, '\n') != nullptr;
-    }
-    std::fclose(f);
-    return true;
+/// MAP_HUGETLB's size field (MAP_HUGE_SHIFT, <linux/mman.h>); the log2 of the page size goes there.
+constexpr int hugetlb_size_shift = 26;
+
+/// \returns log2 of `bytes` (a power of two), or 0 for anything else.
+constexpr unsigned page_shift_of(std::size_t bytes) noexcept {
+    return bytes != 0 && (bytes & (bytes - 1)) == 0 ? static_cast<unsigned>(__builtin_ctzll(bytes)) : 0u;
+}
+
+/// \effects replaces [at, at + length) (a range of this process's own, `at` and `length` multiples of
+/// `bytes`) by a private anonymous mapping of explicit huge pages of `bytes`, without reservation
+/// (MAP_NORESERVE: pages are taken at fault, from the pool of the node the range's policy names).
+/// \returns 0, or the errno of mmap: EINVAL (no pool of that size: no hstate), ENOMEM, EPERM (seccomp).
+/// \notes On failure the range may have been unmapped: callers put a small-page mapping back
+/// (`os_map_small_fixed`).
+inline int os_map_hugetlb_fixed(void* at, std::size_t length, std::size_t bytes) noexcept {
+    const int size_flag = static_cast<int>(page_shift_of(bytes)) << hugetlb_size_shift;
+    void* p = ::mmap(at, length, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_HUGETLB | MAP_NORESERVE | size_flag, -1, 0);
+    return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
+}
+
+/// \effects replaces [at, at + length) (this process's own, page-aligned) by a fresh private anonymous
+/// small-page mapping (as os_map_anonymous: untouched, no reservation). \returns 0 or the errno of mmap.
+inline int os_map_small_fixed(void* at, std::size_t length) noexcept {
+    void* p = ::mmap(at, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    return p == MAP_FAILED ? (errno == 0 ? ENOMEM : errno) : 0;
+}
+
+/// \effects a forked child does not inherit [p, p + length) (MADV_DONTFORK; MADV_WIPEONFORK is EINVAL on
+/// hugetlb): the parent keeps its huge pages to itself, so no copy-on-write of a huge page (which needs a
+/// free page of the pool, and raises SIGBUS where there is none) can ever happen in the parent.
+/// \returns 0 or the errno of madvise.
+inline int os_dont_fork(void* p, std::size_t length) noexcept {
+    return ::madvise(p, length, MADV_DONTFORK) == 0 ? 0 : errno;
+}
+
+/// \effects creates an anonymous file of explicit huge pages of `bytes` (`memfd_create` with MFD_HUGETLB
+/// and the size's MFD_HUGE_* bits, close-on-exec; its pages come from the pools at fault).
+/// \returns the descriptor, or -errno: EINVAL (no pool of that size), ENOSYS, EPERM (seccomp).
+inline int os_memfd_hugetlb(const char* name, std::size_t bytes) noexcept {
+    constexpr unsigned memfd_cloexec = 1u, memfd_hugetlb = 4u; // MFD_CLOEXEC, MFD_HUGETLB (<linux/memfd.h>)
+    const unsigned flags = memfd_cloexec | memfd_hugetlb | (page_shift_of(bytes) << hugetlb_size_shift);
+    const long r = ::syscall(SYS_memfd_create, name, flags);
+    return r < 0 ? -(errno == 0 ? EINVAL : errno) : static_cast<int>(r);
+}
+
+/// \effects `perf_event_open(attr, pid, cpu, no group, FD_CLOEXEC)` with `attr` a filled perf_event_attr
+/// (detail/perf_event.hpp fills it). \returns the descriptor or -errno.
+inline int os_perf_event_open(void* attr, int pid, int cpu) noexcept {
+    constexpr unsigned long fd_cloexec = 1UL << 3; // PERF_FLAG_FD_CLOEXEC (<linux/perf_event.h>)
+    const long fd = ::syscall(SYS_perf_event_open, attr, pid, cpu, -1, fd_cloexec);
+    return fd < 0 ? -(errno != 0 ? errno : EINVAL) : static_cast<int>(fd);
 }
 
 /// What the kernel lets this process do with memory policies and page queries, probed on one page of

@@ -2,10 +2,12 @@
 #define NUMAPLACE_DETAIL_PERF_EVENT_HPP_INCLUDED
 
 /// \file
-/// The platform layer of observation (observe.hpp): `perf_event_open(2)` and what decides whether it
-/// may be used (perf_event_paranoid, CAP_PERFMON, the PMUs the kernel exposes), the threads of this
-/// process. Beside detail/linux.hpp, the only other file of include/ that calls the kernel directly
-/// (tests/header_deps/layering.sh names both). Every function returns a value or an errno and never throws.
+/// Observation's events (observe.hpp): the attributes of a `perf_event_open(2)` counting event (the call
+/// itself is detail/linux.hpp's os_perf_event_open) and what decides whether it may be used
+/// (perf_event_paranoid, CAP_PERFMON, the PMUs the kernel exposes), the threads of this process. Every
+/// function returns a value or an errno and never throws.
+
+#include "linux.hpp"
 
 #include <atomic>
 #include <cerrno>
@@ -50,8 +52,7 @@ inline int os_perf_event_open(const perf_event_spec& spec, int pid, int cpu, boo
     attr.config = spec.config;
     attr.inherit = inherit ? 1 : 0;
     attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
-    const long fd = ::syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
-    return fd < 0 ? -(errno != 0 ? errno : EINVAL) : static_cast<int>(fd);
+    return os_perf_event_open(&attr, pid, cpu);
 }
 
 /// What one read of a counting event gives.

@@ -6,6 +6,7 @@
 // measurements behind it: docs/replace.md, "Huge pages".
 
 #include "linux.hpp"
+#include "process_checks.hpp"
 #include "replace_plan.hpp"
 
 #include <algorithm>
