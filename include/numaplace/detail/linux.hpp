@@ -152,10 +152,10 @@ inline int os_resident(const void* p, std::size_t length, unsigned char* vec) no
     return ::mincore(const_cast<void*>(p), length, vec) == 0 ? 0 : errno;
 }
 
-/// \returns a new anonymous memory file (close-on-exec), or -errno.
-inline int os_memfd(const char* name) noexcept {
-    long r = ::syscall(SYS_memfd_create, name, MFD_CLOEXEC);
-    return r < 0 ? -errno : static_cast<int>(r);
+/// \returns a new anonymous memory file (close-on-exec, and `flags`: MFD_HUGETLB...), or -errno.
+inline int os_memfd(const char* name, unsigned flags = 0) noexcept {
+    const long r = ::syscall(SYS_memfd_create, name, MFD_CLOEXEC | flags);
+    return r < 0 ? -(errno == 0 ? EINVAL : errno) : static_cast<int>(r);
 }
 
 /// \returns the POSIX shared memory object `name` opened read-write (created, exclusively, with mode
@@ -314,10 +314,7 @@ inline int os_dont_fork(void* p, std::size_t length) noexcept {
 /// and the size's MFD_HUGE_* bits, close-on-exec; its pages come from the pools at fault).
 /// \returns the descriptor, or -errno: EINVAL (no pool of that size), ENOSYS, EPERM (seccomp).
 inline int os_memfd_hugetlb(const char* name, std::size_t bytes) noexcept {
-    constexpr unsigned memfd_cloexec = 1u, memfd_hugetlb = 4u; // MFD_CLOEXEC, MFD_HUGETLB (<linux/memfd.h>)
-    const unsigned flags = memfd_cloexec | memfd_hugetlb | (page_shift_of(bytes) << hugetlb_size_shift);
-    const long r = ::syscall(SYS_memfd_create, name, flags);
-    return r < 0 ? -(errno == 0 ? EINVAL : errno) : static_cast<int>(r);
+    return os_memfd(name, MFD_HUGETLB | (page_shift_of(bytes) << hugetlb_size_shift));
 }
 
 /// \effects `perf_event_open(attr, pid, cpu, no group, FD_CLOEXEC)` with `attr` a filled perf_event_attr

@@ -45,11 +45,14 @@ public:
     /// count; else, while caches outnumber the CPUs, one more shard for each cache beyond the CPUs, up to
     /// shards() (threads that share a shard then wait on each other's locks and lines: docs/heap.md,
     /// "Shards chosen"); 1 otherwise.
-    std::size_t shards_for(std::size_t live_caches) const noexcept {
-        if (forced_) return shards_;
-        if (live_caches <= cpus_) return 1;
-        const std::size_t n = live_caches - cpus_ + 1;
-        return n < shards_ ? n : shards_;
+    std::size_t shards_for(std::size_t live_caches) const noexcept { return shards_for(live_caches, cpus_, shards_, forced_); }
+    /// \returns the same for `cpus` CPUs (0 counts as 1) and a limit of `limit` shards, forced or not.
+    static std::size_t shards_for(std::size_t live_caches, std::size_t cpus, std::size_t limit, bool forced) noexcept {
+        if (forced) return limit;
+        if (cpus == 0) cpus = 1;
+        if (live_caches <= cpus) return 1;
+        const std::size_t n = live_caches - cpus + 1; // no overflow: live_caches > cpus >= 1
+        return n < limit ? n : limit;
     }
 
     /// \returns the shards that `value` (NUMAPLACE_HEAP_SHARDS; null: unset) asks for: a whole number
