@@ -1262,33 +1262,46 @@ TEST(heap, vector_growth_reuses_large_blocks_across_rounds) {
     if (sanitized) GTEST_SKIP() << "shadow memory faults are counted with ours";
     const int code = numaplace_test::run_child([] {
         auto& heap = node0_strict_heap();
-        // Nothing inherited from the parent's earlier tests: its free pages are shared copy-on-write
-        // with this child, and the first write to each is a fault, as if it were new.
-        release_cached_memory();
-        std::size_t mapped_after_first = 0;
-        for (int round = 0; round < 3; ++round) {
-            rusage before{};
-            ::getrusage(RUSAGE_SELF, &before);
-            {
-                std::vector<double, node_allocator<double>> v(node_allocator<double>(0));
-                for (std::size_t i = 0; i < (std::size_t(1) << 20); ++i) v.push_back(static_cast<double>(i));
-                if (v[12345] != 12345.0) return 32;
-            }
-            rusage after{};
-            ::getrusage(RUSAGE_SELF, &after);
-            const long faults = after.ru_minflt - before.ru_minflt;
-            if (round == 0) mapped_after_first = heap.run_bytes_mapped();
-            else {
-                if (heap.run_bytes_mapped() != mapped_after_first) return 30; // a new region
-                if (faults > 256) { // a round writes 16 MiB: 4096 pages
-                    std::fprintf(stderr, "round %d: %ld page faults\n", round, faults);
-                    return 31;
+        // A round judged only if it ended within half the decay time of the previous round's frees: a
+        // slower round (a loaded TCG guest: seen at 391 faults with four processes on two cores) may
+        // rightly find its runs given back by the decay. Up to four tries of three rounds; at least one
+        // round must be judged.
+        int judged = 0;
+        for (int attempt = 0; attempt < 4 && judged == 0; ++attempt) {
+            // Nothing inherited from the parent's earlier tests: its free pages are shared copy-on-write
+            // with this child, and the first write to each is a fault, as if it were new.
+            release_cached_memory();
+            std::size_t mapped_after_first = 0;
+            auto freed_at = std::chrono::steady_clock::now();
+            for (int round = 0; round < 3; ++round) {
+                rusage before{};
+                ::getrusage(RUSAGE_SELF, &before);
+                {
+                    std::vector<double, node_allocator<double>> v(node_allocator<double>(0));
+                    for (std::size_t i = 0; i < (std::size_t(1) << 20); ++i) v.push_back(static_cast<double>(i));
+                    if (v[12345] != 12345.0) return 32;
+                }
+                rusage after{};
+                ::getrusage(RUSAGE_SELF, &after);
+                const auto now = std::chrono::steady_clock::now();
+                const bool in_time = now - freed_at < std::chrono::milliseconds(detail::run_decay_ms / 2);
+                freed_at = now;
+                const long faults = after.ru_minflt - before.ru_minflt;
+                if (round == 0) mapped_after_first = heap.run_bytes_mapped();
+                else if (in_time) {
+                    ++judged;
+                    if (heap.run_bytes_mapped() != mapped_after_first) return 30; // a new region
+                    if (faults > 256) { // a round writes 16 MiB: 4096 pages
+                        std::fprintf(stderr, "round %d: %ld page faults\n", round, faults);
+                        return 31;
+                    }
                 }
             }
         }
-        return 0;
+        return judged > 0 ? 0 : 33;
     });
-    EXPECT_EQ(code, 0) << "30: a later round mapped a new region, 31: a later round faulted its pages in again";
+    EXPECT_EQ(code, 0) << "30: a later round mapped a new region, 31: a later round faulted its pages in again, "
+                          "33: no round ended within half the decay time (4 tries)";
 }
 
 TEST(heap, fork_with_cached_large_blocks_lets_the_child_allocate_them) {
