@@ -9,6 +9,7 @@
 #include "../config.hpp"
 #include "../decay.hpp"
 #include "cache_ownership.hpp"
+#include "cache_slots.hpp"
 #include "registry.hpp"
 #include "run_marks.hpp"
 #include "size_classes.hpp"
@@ -21,13 +22,10 @@
 namespace numaplace {
 namespace detail {
 
-/// One thread's cached blocks, per heap and slot (a heap's lists are made on its first use).
+/// One thread's cached blocks, per heap and slot, in arrays (cache_slots.hpp; a heap's are made on its
+/// first use).
 class thread_cache {
-    struct list {
-        heap_block* head;
-        std::size_t count;
-        std::size_t shrink; // the bound is cache_max >> shrink (see drain_shrink_max)
-    };
+    using list = cache_slot;
 
 public:
     ~thread_cache() {
@@ -35,7 +33,7 @@ public:
         shard_users()[shard_].fetch_sub(1, std::memory_order_relaxed);
         owner_.retire(); // no release looks at it from here on
         flush_lists();
-        for (std::size_t h = 0; h < count_; ++h) delete[] static_cast<list*>(lists_[h]);
+        for (std::size_t h = 0; h < count_; ++h) free_cache_slots(static_cast<list*>(lists_[h]));
         delete[] lists_;
         delete[] run_marks_;
         current() = nullptr;
@@ -49,14 +47,14 @@ public:
         void** lists = owner_.begin_slow();
         if (NUMAPLACE_UNLIKELY(lists[heap] == nullptr)) { // made outside the operation: new may come back here
             owner_.end();
-            list* made = new list[heap_slots]();
+            list* made = make_cache_slots();
             lists = owner_.begin_slow();
             if (lists[heap] == nullptr) lists[heap] = made; // else an allocation inside new made it
-            else delete[] made;
+            else free_cache_slots(made);
         }
         list& l = static_cast<list*>(lists[heap])[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
-        if (NUMAPLACE_UNLIKELY(l.head == nullptr)) {
+        if (NUMAPLACE_UNLIKELY(l.count == 0)) {
             l.shrink = 0; // allocating again: the whole bound
             budget_ = budget_now();
             if (slot < heap_class_count) reconsider_shard();
@@ -64,13 +62,10 @@ public:
             heap_block* got = nullptr;
             const std::size_t n = heap_registry::instance().at(heap).take(slot, info.batch, got, shard_);
             owner_.begin_slow(); // a release may have flushed the other lists meanwhile; this one stayed empty
-            l.head = got;
-            l.count = n;
+            fill_cache_slot(l, got); // n <= cache_max (span_heap::take: at most 2 batches)
             counted(heap, slot, n * info.size, true);
         }
-        heap_block* b = l.head;
-        l.head = b->next;
-        --l.count;
+        void* b = l.blocks[--l.count];
         counted(heap, slot, info.size, false);
         owner_.end();
         return b;
@@ -82,10 +77,8 @@ public:
         auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(nullptr);
         list& l = ls[slot];
-        heap_block* b = l.head;
-        if (NUMAPLACE_UNLIKELY(b == nullptr)) return end(nullptr);
-        l.head = b->next;
-        --l.count;
+        if (NUMAPLACE_UNLIKELY(l.count == 0)) return end(nullptr);
+        void* b = l.blocks[--l.count];
         if (NUMAPLACE_LIKELY(slot < heap_class_count)) bytes_ -= heap_table.info[slot].size;
         else counted(heap, slot, heap_slot_info_of(slot).size, false);
         return end(b);
@@ -98,10 +91,7 @@ public:
         list& l = ls[slot];
         const heap_class_info& info = heap_table.info[slot];
         if (NUMAPLACE_UNLIKELY(l.count >= (info.cache_max >> l.shrink) || bytes_ + info.size > budget_)) return end(false);
-        auto* b = static_cast<heap_block*>(p);
-        b->next = l.head;
-        l.head = b;
-        ++l.count;
+        l.blocks[l.count++] = p; // the block itself is not touched
         bytes_ += info.size;
         return end(true);
     }
@@ -112,10 +102,7 @@ public:
         const heap_slot_info info = heap_slot_info_of(slot);
         if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
         if (run_marks.may_hold(p)) return false; // replace() moved it: the heap re-places it
-        auto* b = static_cast<heap_block*>(p);
-        b->next = l.head;
-        l.head = b;
-        ++l.count;
+        l.blocks[l.count++] = p;
         counted(heap, slot, info.size, true);
         return true;
     }
@@ -128,10 +115,7 @@ public:
         if (!ls) return end(false);
         list& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
-        auto* b = static_cast<heap_block*>(p);
-        b->next = l.head;
-        l.head = b;
-        ++l.count;
+        l.blocks[l.count++] = p; // at most the bound + 1: trimmed below
         counted(heap, slot, info.size, true);
         if (slot < heap_class_count) {
             const std::size_t limit = info.cache_max >> l.shrink;
@@ -312,23 +296,14 @@ private:
         for (std::size_t slot = heap_slots; slot-- > 0 && bytes_ > budget_ / 2;) trim(heap, slot, 0);
         if (bytes_ > budget_ / 2) flush_lists();
     }
-    // Keeps the first `keep` blocks of the list, gives the rest back.
+    // Keeps the newest `keep` blocks of the slot, gives the others back (linked in one pass over the
+    // array, prefetched ahead: cache_slots.hpp).
     void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
         list& l = static_cast<list*>(lists_[heap])[slot];
         if (l.count <= keep) return;
-        heap_block* rest;
-        if (keep == 0) {
-            rest = l.head;
-            l.head = nullptr;
-        } else {
-            heap_block* last = l.head;
-            for (std::size_t i = 1; i < keep; ++i) last = last->next;
-            rest = last->next;
-            last->next = nullptr;
-        }
         const std::size_t given = l.count - keep;
+        heap_block* rest = split_cache_slot(l, slot, keep);
         counted(heap, slot, given * heap_slot_info_of(slot).size, false);
-        l.count = keep;
         heap_registry::instance().at(heap).give(slot, rest, given);
     }
 
