@@ -19,10 +19,15 @@ namespace detail {
 
 /// One slot's cached blocks: blocks[0..count), the newest last.
 struct cache_slot {
-    void** blocks; // capacity: the slot's cache_max + 1 (a free goes in, then over the bound a trim)
+    void** blocks; // cache_slot_capacity(slot) entries
     std::size_t count;
     std::size_t shrink; // the bound is cache_max >> shrink (thread_cache: drain_shrink_max)
 };
+
+/// \returns the entries of slot `slot`'s array: its bound and one more (a free goes in, then a trim).
+constexpr std::size_t cache_slot_capacity(std::size_t slot) noexcept {
+    return (slot < heap_class_count ? heap_table.info[slot].cache_max : heap_run_cache_max) + 1;
+}
 
 /// Where each slot's array starts among a heap's arrays (in pointers), and their total.
 struct cache_slot_layout {
@@ -31,12 +36,22 @@ struct cache_slot_layout {
     constexpr cache_slot_layout() : offset(), total(0) {
         for (std::size_t s = 0; s < heap_slots; ++s) {
             offset[s] = total;
-            // Classes: cache_max + 1; runs: two blocks cached, + 1 (heap_slot_info_of).
-            total += (s < heap_class_count ? heap_table.info[s].cache_max : 2) + 1;
+            total += cache_slot_capacity(s);
         }
     }
 };
 inline constexpr cache_slot_layout cache_slot_table{};
+
+/// \returns true if every refill stays within its slot's bound: a refill asks for a batch and the heaps
+/// hand out at most two (span_heap::take: a transfer list or remote stack of up to 2 want; node_heap::take:
+/// one run), the allocation takes one, and frees push until one over the bound, then trim. The arrays lie
+/// back to back, so an overflow would write into the next slot's array, unseen by ASan.
+constexpr bool cache_slot_refills_fit() noexcept {
+    for (std::size_t c = 0; c < heap_class_count; ++c)
+        if (2 * heap_table.info[c].batch > heap_table.info[c].cache_max) return false;
+    return heap_run_batch <= heap_run_cache_max;
+}
+static_assert(cache_slot_refills_fit(), "a refill of two batches must fit a slot's array");
 
 /// \returns a heap's slots for one thread, empty: heap_slots cache_slot, then their arrays (left
 /// uninitialised: a page of them is touched only once a slot it holds caches a block).

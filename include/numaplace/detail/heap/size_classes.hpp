@@ -121,8 +121,13 @@ struct heap_tables {
 };
 inline constexpr heap_tables heap_table{};
 
-/// A slot's block size and thread-cache bounds: its class's; for a run of n pages, n pages, two blocks
-/// cached (at most 1 MiB of runs in all, see thread_cache) and refilled one at a time.
+/// A run slot's thread-cache bounds: two blocks cached (at most 1 MiB of runs in all, see thread_cache),
+/// refilled one at a time.
+constexpr std::size_t heap_run_cache_max = 2;
+constexpr std::size_t heap_run_batch = 1;
+
+/// A slot's block size and thread-cache bounds: its class's; for a run of n pages, n pages and the run
+/// bounds above.
 struct heap_slot_info {
     std::size_t size, cache_max, batch;
 };
@@ -131,7 +136,7 @@ inline heap_slot_info heap_slot_info_of(std::size_t slot) noexcept {
         const heap_class_info& i = heap_table.info[slot];
         return {i.size, i.cache_max, i.batch};
     }
-    return {(slot - heap_class_count) * page_size(), 2, 1};
+    return {(slot - heap_class_count) * page_size(), heap_run_cache_max, heap_run_batch};
 }
 
 } // namespace detail

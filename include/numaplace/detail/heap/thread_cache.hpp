@@ -25,15 +25,13 @@ namespace detail {
 /// One thread's cached blocks, per heap and slot, in arrays (cache_slots.hpp; a heap's are made on its
 /// first use).
 class thread_cache {
-    using list = cache_slot;
-
 public:
     ~thread_cache() {
         caches().fetch_sub(1, std::memory_order_relaxed);
         shard_users()[shard_].fetch_sub(1, std::memory_order_relaxed);
         owner_.retire(); // no release looks at it from here on
         flush_lists();
-        for (std::size_t h = 0; h < count_; ++h) free_cache_slots(static_cast<list*>(lists_[h]));
+        for (std::size_t h = 0; h < count_; ++h) free_cache_slots(static_cast<cache_slot*>(lists_[h]));
         delete[] lists_;
         delete[] run_marks_;
         current() = nullptr;
@@ -47,12 +45,12 @@ public:
         void** lists = owner_.begin_slow();
         if (NUMAPLACE_UNLIKELY(lists[heap] == nullptr)) { // made outside the operation: new may come back here
             owner_.end();
-            list* made = make_cache_slots();
+            cache_slot* made = make_cache_slots();
             lists = owner_.begin_slow();
             if (lists[heap] == nullptr) lists[heap] = made; // else an allocation inside new made it
             else free_cache_slots(made);
         }
-        list& l = static_cast<list*>(lists[heap])[slot];
+        cache_slot& l = static_cast<cache_slot*>(lists[heap])[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (NUMAPLACE_UNLIKELY(l.count == 0)) {
             l.shrink = 0; // allocating again: the whole bound
@@ -74,9 +72,9 @@ public:
     /// into the allocators).
     NUMAPLACE_ALWAYS_INLINE void* try_pop(std::size_t heap, std::size_t slot) noexcept {
         if (NUMAPLACE_UNLIKELY(--ticks_ == 0)) return nullptr; // allocate() runs the decay's tick
-        auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
+        auto* ls = static_cast<cache_slot*>(owner_.begin()[heap]); // null too while a release holds the lists
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(nullptr);
-        list& l = ls[slot];
+        cache_slot& l = ls[slot];
         if (NUMAPLACE_UNLIKELY(l.count == 0)) return end(nullptr);
         void* b = l.blocks[--l.count];
         if (NUMAPLACE_LIKELY(slot < heap_class_count)) bytes_ -= heap_table.info[slot].size;
@@ -85,10 +83,10 @@ public:
     }
     /// \returns true if `p` went on this thread's list without going over a bound (fast path, inlined).
     NUMAPLACE_ALWAYS_INLINE bool try_push(std::size_t heap, std::size_t slot, void* p) noexcept {
-        auto* ls = static_cast<list*>(owner_.begin()[heap]); // null too while a release holds the lists
+        auto* ls = static_cast<cache_slot*>(owner_.begin()[heap]); // null too while a release holds the lists
         if (NUMAPLACE_UNLIKELY(ls == nullptr)) return end(false);
         if (NUMAPLACE_UNLIKELY(slot >= heap_class_count)) return end(try_push_run(ls, heap, slot, p));
-        list& l = ls[slot];
+        cache_slot& l = ls[slot];
         const heap_class_info& info = heap_table.info[slot];
         if (NUMAPLACE_UNLIKELY(l.count >= (info.cache_max >> l.shrink) || bytes_ + info.size > budget_)) return end(false);
         l.blocks[l.count++] = p; // the block itself is not touched
@@ -97,8 +95,8 @@ public:
     }
     /// try_push of a run, out of line so that the inlined span path stays small.
     /// \returns false over a bound (the run budget included): deallocate then evicts other runs.
-    NUMAPLACE_NOINLINE bool try_push_run(list* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
-        list& l = ls[slot];
+    NUMAPLACE_NOINLINE bool try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
+        cache_slot& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
         if (run_marks.may_hold(p)) return false; // replace() moved it: the heap re-places it
@@ -111,9 +109,9 @@ public:
     /// frees centrally: see run_marks.hpp).
     bool deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
         if (slot >= heap_class_count && run_marks.may_hold(p)) return false; // see try_push_run
-        auto* ls = static_cast<list*>(owner_.begin_slow()[heap]);
+        auto* ls = static_cast<cache_slot*>(owner_.begin_slow()[heap]);
         if (!ls) return end(false);
-        list& l = ls[slot];
+        cache_slot& l = ls[slot];
         const heap_slot_info info = heap_slot_info_of(slot);
         l.blocks[l.count++] = p; // at most the bound + 1: trimmed below
         counted(heap, slot, info.size, true);
@@ -299,7 +297,7 @@ private:
     // Keeps the newest `keep` blocks of the slot, gives the others back (linked in one pass over the
     // array, prefetched ahead: cache_slots.hpp).
     void trim(std::size_t heap, std::size_t slot, std::size_t keep) noexcept {
-        list& l = static_cast<list*>(lists_[heap])[slot];
+        cache_slot& l = static_cast<cache_slot*>(lists_[heap])[slot];
         if (l.count <= keep) return;
         const std::size_t given = l.count - keep;
         heap_block* rest = split_cache_slot(l, slot, keep);
@@ -368,7 +366,7 @@ private:
     std::uint32_t ticks_ = decay_ticks; // allocations to the next tick
     std::size_t count_;
     std::size_t shard_;
-    void** lists_; // per heap its list* (null: none yet), then count_ nulls (see make_lists); fixed
+    void** lists_; // per heap its cache_slot* (null: none yet), then count_ nulls (see make_lists); fixed
     std::size_t budget_ = max_budget; // bytes this thread may cache (budget_now at the last refill)
     std::size_t bytes_ = 0;     // cached, all slots
     std::size_t run_bytes_ = 0; // cached, page runs
