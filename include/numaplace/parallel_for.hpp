@@ -161,12 +161,28 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
 }
 
 /// \effects `fn(b)` for every non-empty block, block k in its node's arena, all at once; nested inside a
-/// block or on a one-node machine, all in the current arena. `Arenas` provides `spread()` and
+/// block or on a one-node machine, all in the current arena; in a process forked after oneTBB's workers
+/// started, one after the other in this thread (tbb_lost_in_fork). `Arenas` provides `spread()` and
 /// `arena_for(node)` (node_arenas; tests substitute their own). \throws the first exception `fn` throws.
 template <class Fn, class Arenas>
 void run_blocks(const std::vector<block>& blocks, Fn&& fn, Arenas& arenas) {
+    if (tbb_lost_in_fork()) {
+        for (const block& b : blocks)
+            if (!b.empty()) fn(b);
+        return;
+    }
+    note_tbb_used();
     if (current_block_node() >= 0 || !arenas.spread()) run_blocks_here(blocks, fn);
     else run_blocks_spread(blocks, fn, arenas);
+}
+
+/// \effects `run(r)` over subranges of r = [begin, end) split by oneTBB (`grain` its grainsize), at
+/// once; in a process forked after oneTBB's workers started, `run(r)` in this thread.
+template <class Run>
+void for_range(std::size_t begin, std::size_t end, std::size_t grain, const Run& run) {
+    const tbb::blocked_range<std::size_t> r(begin, end, grain);
+    if (tbb_lost.load(std::memory_order_relaxed)) return run(r);
+    tbb::parallel_for(r, run);
 }
 
 /// The same in node_arenas, after checking every non-empty block's node is one of this process's
@@ -209,7 +225,7 @@ void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) 
             NUMAPLACE_HANDOVER_RELEASE();
         };
         NUMAPLACE_HANDOVER_RELEASE(); // after the closure is written: workers read it (oneTBB keeps a reference)
-        tbb::parallel_for(tbb::blocked_range<std::size_t>(b.begin, b.end, grain), run);
+        detail::for_range(b.begin, b.end, grain, run);
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
 }
@@ -247,7 +263,9 @@ R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Comb
             return result;
         };
         NUMAPLACE_HANDOVER_RELEASE(); // after the closures are written: oneTBB's workers read them by reference
-        partial[k] = tbb::parallel_reduce(tbb::blocked_range<std::size_t>(b.begin, b.end, grain), identity, reduce, join);
+        const tbb::blocked_range<std::size_t> r(b.begin, b.end, grain);
+        partial[k] = detail::tbb_lost.load(std::memory_order_relaxed) ? reduce(r, identity) // forked: this thread
+                                                                       : tbb::parallel_reduce(r, identity, reduce, join);
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
     R result = identity;

@@ -34,7 +34,6 @@
 #include "where.hpp"
 
 #include <oneapi/tbb/blocked_range.h>
-#include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -278,13 +277,12 @@ private:
             char* dst = reinterpret_cast<char*>(copies_[first + b.begin].data);
             if (reinterpret_cast<const char*>(dst) == src) return;
             NUMAPLACE_HANDOVER_RELEASE();
-            tbb::parallel_for(tbb::blocked_range<std::size_t>(0, (bytes + chunk - 1) / chunk),
-                              [&](const tbb::blocked_range<std::size_t>& r) {
-                                  NUMAPLACE_HANDOVER_ACQUIRE();
-                                  const std::size_t lo = r.begin() * chunk, hi = std::min(bytes, r.end() * chunk);
-                                  std::memcpy(dst + lo, src + lo, hi - lo);
-                                  NUMAPLACE_HANDOVER_RELEASE();
-                              });
+            detail::for_range(0, (bytes + chunk - 1) / chunk, 1, [&](const tbb::blocked_range<std::size_t>& r) {
+                NUMAPLACE_HANDOVER_ACQUIRE();
+                const std::size_t lo = r.begin() * chunk, hi = std::min(bytes, r.end() * chunk);
+                std::memcpy(dst + lo, src + lo, hi - lo);
+                NUMAPLACE_HANDOVER_RELEASE();
+            });
             NUMAPLACE_HANDOVER_ACQUIRE();
         });
     }
