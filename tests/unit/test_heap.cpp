@@ -1471,6 +1471,85 @@ TEST(heap, a_remote_stack_counts_exactly_and_refuses_a_push_past_its_count_which
     heap->release_all();
 }
 
+// Spans smaller than a chunk are carved one after the other from chunks, each mapped (and bound) once;
+// a chunk the map refuses (an address space or node with a span's room but not a chunk's) is no refusal
+// of the span: the span is mapped alone; a span of a chunk or more is mapped alone; release_all unmaps
+// every span and what a chunk never handed out.
+TEST(heap, spans_are_carved_from_chunks_mapped_once_and_a_refused_chunk_maps_the_span_alone) {
+    struct recording_map {
+        std::vector<std::pair<char*, std::size_t>> maps;
+        bool refuse_chunks = false;
+        void* operator()(std::size_t bytes, std::size_t size, bool& bound) {
+            if (refuse_chunks && bytes == detail::heap_span_chunk_bytes) throw std::bad_alloc();
+            void* p = span_map(bytes, size, bound);
+            maps.emplace_back(static_cast<char*>(p), bytes);
+            return p;
+        }
+    };
+    const auto unmapped = [](const char* p, std::size_t bytes) { // every page of [p, p+bytes) unmapped
+        std::vector<unsigned char> v(bytes / page);
+        for (std::size_t off = 0; off < bytes; off += page)
+            if (::mincore(const_cast<char*>(p) + off, page, v.data()) != -1 || errno != ENOMEM) return false;
+        return true;
+    };
+    const std::size_t c = detail::heap_class_of(4096);
+    const detail::heap_class_info& info = detail::heap_table.info[c];
+    const std::size_t chunk = detail::heap_span_chunk_bytes, per_chunk = chunk / info.span_bytes;
+    ASSERT_GT(per_chunk, 1u);
+    for (const bool refuse : {false, true}) {
+        SCOPED_TRACE(refuse ? "chunks refused" : "chunks");
+        auto heap = std::make_unique<detail::span_heap>();
+        recording_map map;
+        map.refuse_chunks = refuse;
+        std::vector<detail::heap_block*> blocks;
+        std::set<char*> spans;
+        for (std::size_t i = 0; i < (per_chunk + 1) * info.capacity; ++i) { // every block of per_chunk + 1 spans
+            detail::heap_block* b = nullptr;
+            ASSERT_EQ(heap->take(c, 1, b, map), 1u);
+            blocks.push_back(b);
+            spans.insert(reinterpret_cast<char*>(detail::heap_span_of(b, c)));
+        }
+        ASSERT_EQ(spans.size(), per_chunk + 1) << "each span filled before the next is carved";
+        std::set<char*> expected;
+        if (!refuse) {
+            ASSERT_EQ(map.maps.size(), 2u) << "one mapping per chunk";
+            for (const auto& m : map.maps) EXPECT_EQ(m.second, chunk);
+            for (std::size_t k = 0; k < per_chunk; ++k) expected.insert(map.maps[0].first + k * info.span_bytes);
+            expected.insert(map.maps[1].first); // the next chunk's first span
+        } else {
+            ASSERT_EQ(map.maps.size(), per_chunk + 1) << "a span of its own each time the chunk was refused";
+            for (const auto& m : map.maps) {
+                EXPECT_EQ(m.second, info.span_bytes);
+                expected.insert(m.first);
+            }
+        }
+        EXPECT_EQ(spans, expected);
+        detail::heap_block* list = nullptr;
+        for (detail::heap_block* b : blocks) {
+            b->next = list;
+            list = b;
+        }
+        heap->give(c, list, blocks.size());
+        heap->release_all();
+        for (const auto& m : map.maps) EXPECT_TRUE(unmapped(m.first, m.second)) << "a chunk or span left mapped";
+    }
+    // a span of a chunk or more: its own mapping, never a chunk's
+    for (std::size_t k = 0; k < detail::heap_class_count; ++k) {
+        if (detail::heap_table.info[k].span_bytes < chunk) continue;
+        auto heap = std::make_unique<detail::span_heap>();
+        recording_map map;
+        detail::heap_block* b = nullptr;
+        ASSERT_EQ(heap->take(k, 1, b, map), 1u);
+        ASSERT_EQ(map.maps.size(), 1u);
+        EXPECT_EQ(map.maps[0].second, detail::heap_table.info[k].span_bytes) << "class " << k;
+        b->next = nullptr;
+        heap->give(k, b, 1);
+        heap->release_all();
+        EXPECT_TRUE(unmapped(map.maps[0].first, map.maps[0].second));
+        break;
+    }
+}
+
 TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release_empties_the_lists) {
     const int code = numaplace_test::run_child([] {
         node_allocator<char> a(0);

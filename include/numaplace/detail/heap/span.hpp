@@ -2,8 +2,9 @@
 #define NUMAPLACE_DETAIL_HEAP_SPAN_HPP_INCLUDED
 
 /// \file
-/// The layout of a span: one mapping of a power-of-two size, aligned to that size, holding blocks of
-/// one class after a header at its start, so a block's span is its address masked. Also the free-block
+/// The layout of a span: a range of a power-of-two size, aligned to that size (carved from a chunk below
+/// heap_span_chunk_bytes, else a mapping of its own), holding blocks of one class after a header at its
+/// start, so a block's span is its address masked. Also the free-block
 /// link that spans, page runs and thread caches share.
 
 #include "size_classes.hpp"
@@ -35,6 +36,10 @@ struct heap_span {
     std::uint8_t shard; ///< the span heap of its node heap that made it (node_heap: shards)
 };
 static_assert(sizeof(heap_span) <= heap_span_header, "a span's header fits in its first 64 bytes");
+
+/// Spans smaller than this are carved one after the other from chunks of this size, each mapped (aligned
+/// to its size) and bound once (span_heap; docs/heap.md, "Spans carved from chunks").
+inline constexpr std::size_t heap_span_chunk_bytes = std::size_t(1) << 20;
 
 /// \returns the span holding `block`, a block of class `c`.
 inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
