@@ -1550,6 +1550,202 @@ TEST(heap, spans_are_carved_from_chunks_mapped_once_and_a_refused_chunk_maps_the
     }
 }
 
+// Cold spans hold nothing resident, header included, and are kept by address: a push gives every page
+// back; pops are the newest first with their bound flag; without room a push unmaps its span; unmapping
+// them all unmaps each run of neighbours with one munmap (an oracle: 16 neighbours pushed in a shuffled
+// order and one span elsewhere are exactly two unmaps, of 1 MiB and of 64 KiB).
+namespace {
+std::vector<std::pair<const void*, std::size_t>> g_unmaps;
+detail::unmap_observer_fn g_previous_observer = nullptr;
+void record_unmap(const void* p, std::size_t length) noexcept {
+    g_unmaps.emplace_back(p, length);
+    if (g_previous_observer) g_previous_observer(p, length);
+}
+} // namespace
+TEST(heap, cold_spans_keep_nothing_resident_and_unmap_neighbours_at_once) {
+    const std::size_t span = detail::heap_span_bytes_of_bucket(0), chunk = detail::heap_span_chunk_bytes;
+    ASSERT_EQ(detail::heap_span_bucket(span), 0u);
+    bool bound = true;
+    char* area = static_cast<char*>(span_map(chunk, 16, bound));
+    char* far = static_cast<char*>(span_map(span, 16, bound));
+    std::memset(area, 1, chunk);
+    std::memset(far, 1, span);
+    const auto resident_pages = [](const char* p, std::size_t bytes) {
+        std::vector<unsigned char> v(bytes / page);
+        if (::mincore(const_cast<char*>(p), bytes, v.data()) != 0) return std::size_t(-1);
+        std::size_t n = 0;
+        for (unsigned char c : v) n += c & 1;
+        return n;
+    };
+    ASSERT_EQ(resident_pages(area, chunk), chunk / page);
+    detail::cold_spans cold;
+    const std::size_t n = chunk / span;
+    cold.reserve(0, n + 1);
+    std::vector<std::size_t> order(n);
+    for (std::size_t i = 0; i < n; ++i) order[i] = i;
+    std::shuffle(order.begin(), order.end(), std::mt19937(3));
+    for (std::size_t i : order) cold.push(0, area + i * span, i % 2 == 0);
+    cold.push(0, far, true);
+    EXPECT_EQ(cold.count(0), n + 1);
+    EXPECT_EQ(resident_pages(area, chunk), 0u) << "headers included";
+    EXPECT_EQ(resident_pages(far, span), 0u);
+    bool b = false;
+    EXPECT_EQ(cold.pop(0, b), far); // newest first
+    EXPECT_TRUE(b);
+    EXPECT_EQ(cold.pop(0, b), area + order.back() * span);
+    EXPECT_EQ(b, order.back() % 2 == 0);
+    cold.push(0, area + order.back() * span, false);
+    cold.push(0, far, true);
+    g_unmaps.clear();
+    g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
+    cold.unmap_all();
+    detail::unmap_observer.store(g_previous_observer);
+    EXPECT_EQ(cold.count(0), 0u);
+    std::set<std::pair<const void*, std::size_t>> got(g_unmaps.begin(), g_unmaps.end());
+    EXPECT_EQ(got, (std::set<std::pair<const void*, std::size_t>>{{area, chunk}, {far, span}}));
+    EXPECT_EQ(g_unmaps.size(), 2u);
+    EXPECT_EQ(resident_pages(area, chunk), std::size_t(-1)) << "unmapped";
+    // no room (nothing reserved for bucket 1): the span is unmapped at once
+    detail::cold_spans none;
+    char* lone = static_cast<char*>(span_map(2 * span, 16, bound));
+    none.push(1, lone, false);
+    EXPECT_EQ(none.count(1), 0u);
+    EXPECT_EQ(resident_pages(lone, 2 * span), std::size_t(-1));
+}
+
+// In a span heap: spans emptied past the hot cache keep nothing resident; the decay unmaps them after
+// an idle period (the hot ones go cold first); a mapping that fails while cold spans are kept unmaps them
+// and is tried once more.
+TEST(heap, spans_past_the_hot_cache_go_cold_then_the_decay_unmaps_them_and_a_failed_mapping_first_unmaps_them) {
+    struct failing_map {
+        int fail = 0; // the next calls that throw
+        std::size_t calls = 0;
+        void* operator()(std::size_t bytes, std::size_t size, bool& bound) {
+            ++calls;
+            if (fail > 0) {
+                --fail;
+                throw std::bad_alloc();
+            }
+            return span_map(bytes, size, bound);
+        }
+    };
+    const auto state = [](const char* p) { // 0 not resident, 1 resident, 2 unmapped
+        unsigned char v = 0;
+        if (::mincore(const_cast<char*>(p), page, &v) != 0) return 2;
+        return v & 1;
+    };
+    auto heap = std::make_unique<detail::span_heap>();
+    failing_map map;
+    const std::size_t c = detail::heap_class_of(4096);
+    const detail::heap_class_info& info = detail::heap_table.info[c];
+    const std::size_t spans = 64; // 4 MiB of 64 KiB spans: past the 512 KiB hot cache and the spares
+    std::vector<detail::heap_block*> blocks;
+    std::set<char*> headers;
+    for (std::size_t i = 0; i < spans * info.capacity; ++i) {
+        detail::heap_block* b = nullptr;
+        ASSERT_EQ(heap->take(c, 1, b, map), 1u);
+        std::memset(b, 1, 4096);
+        blocks.push_back(b);
+        headers.insert(reinterpret_cast<char*>(detail::heap_span_of(b, c)));
+    }
+    ASSERT_EQ(headers.size(), spans);
+    const auto give_all = [&] { // one list, longer than a thread's: never parked whole, the spans empty in turn
+        detail::heap_block* list = nullptr;
+        for (detail::heap_block* b : blocks) {
+            b->next = list;
+            list = b;
+        }
+        heap->give(c, list, blocks.size());
+    };
+    give_all();
+    std::size_t resident = 0, cold = 0;
+    for (char* h : headers) (state(h) == 1 ? resident : cold) += 1;
+    EXPECT_EQ(resident * info.span_bytes, (std::size_t(512) + 256) << 10) << "the hot cache and the spares' floor";
+    EXPECT_EQ(cold, spans - resident) << "every other span: nothing resident, its header included";
+    heap->decay_now(); // the class and the cache were used since the last decay: kept
+    heap->decay_now(); // the class idle since: its spares to the cache (which that touches)
+    heap->decay_now(); // the cache idle since: its cold spans unmapped, its hot ones cold
+    heap->decay_now(); // and those unmapped now
+    for (char* h : headers) EXPECT_EQ(state(h), 2) << "a span left mapped after the decay";
+    // cold spans kept and a mapping that fails: they are unmapped, the mapping tried again
+    blocks.clear();
+    headers.clear();
+    for (std::size_t i = 0; i < spans * info.capacity; ++i) {
+        detail::heap_block* b = nullptr;
+        ASSERT_EQ(heap->take(c, 1, b, map), 1u);
+        blocks.push_back(b);
+        headers.insert(reinterpret_cast<char*>(detail::heap_span_of(b, c)));
+    }
+    give_all();
+    const std::size_t c2 = detail::heap_class_of(8192 + 2048); // 128 KiB spans: nothing cached of that size
+    ASSERT_NE(detail::heap_table.info[c2].span_bytes, info.span_bytes);
+    std::set<char*> cold_headers;
+    for (char* h : headers)
+        if (state(h) == 0) cold_headers.insert(h);
+    EXPECT_EQ(cold_headers.size() * info.span_bytes, spans * info.span_bytes - ((std::size_t(512) + 256) << 10));
+    map.fail = 1;
+    const std::size_t before = map.calls;
+    detail::heap_block* b2 = nullptr;
+    g_unmaps.clear();
+    g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
+    ASSERT_EQ(heap->take(c2, 1, b2, map), 1u);
+    detail::unmap_observer.store(g_previous_observer);
+    EXPECT_EQ(map.calls - before, 2u) << "one failed mapping, one after the cold spans were unmapped";
+    std::size_t unmapped = 0; // the retry's mapping may reuse their addresses: judged by what was unmapped
+    for (char* h : cold_headers)
+        for (const auto& u : g_unmaps)
+            if (h >= static_cast<const char*>(u.first) && h < static_cast<const char*>(u.first) + u.second) ++unmapped;
+    EXPECT_EQ(unmapped, cold_headers.size()) << "every cold span unmapped before the retry";
+    b2->next = nullptr;
+    heap->give(c2, b2, 1);
+    heap->release_all();
+}
+
+// The address space cold spans keep is given back when a region of page runs cannot be mapped: 160 MiB
+// of spans emptied (cold: nothing resident, still mapped), the address space limited to what is in use
+// plus 32 MiB (less than a 64 MiB region, aligned, needs), a 768 KiB block: the cold spans are unmapped
+// (seen by the unmap observer) before the region is mapped again. In a fresh process: a heap that earlier
+// tests left with a region serves the block without mapping one.
+TEST(heap, a_region_refused_for_address_space_first_unmaps_the_cold_spans) {
+    if (sanitized) GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
+    const int code = run_rss_child([](std::size_t, std::size_t) {
+        node_allocator<char> a(0);
+        const std::size_t size = 4096, n = (std::size_t(160) << 20) / size;
+        std::vector<char*> blocks(n);
+        for (auto& p : blocks) p = a.allocate(size);
+        std::set<char*> spans;
+        const std::size_t c = detail::heap_class_of(size);
+        for (char* p : blocks) spans.insert(reinterpret_cast<char*>(detail::heap_span_of(p, c)));
+        for (char* p : blocks) a.deallocate(p, size);
+        flush_this_thread();
+        std::FILE* f = std::fopen("/proc/self/statm", "r");
+        unsigned long vm_pages = 0;
+        if (!f || std::fscanf(f, "%lu", &vm_pages) != 1) return 5;
+        std::fclose(f);
+        g_unmaps.clear();
+        g_unmaps.reserve(100000); // no allocation in the observer
+        const rlimit lim{vm_pages * page + 32 * mib, vm_pages * page + 32 * mib};
+        if (::setrlimit(RLIMIT_AS, &lim) != 0) return 6;
+        g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
+        char* p = a.allocate(768 * 1024);
+        detail::unmap_observer.store(g_previous_observer);
+        std::size_t unmapped = 0;
+        for (char* s : spans)
+            for (const auto& u : g_unmaps)
+                if (s >= static_cast<const char*>(u.first) && s < static_cast<const char*>(u.first) + u.second) {
+                    ++unmapped;
+                    break;
+                }
+        if (unmapped + 16 < spans.size()) { // all but the hot cache (8), the spares (4) and parked lists (4)
+            std::fprintf(stderr, "%zu of %zu emptied spans unmapped\n", unmapped, spans.size());
+            return 2;
+        }
+        a.deallocate(p, 768 * 1024);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "2: the cold spans were not unmapped";
+}
+
 TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release_empties_the_lists) {
     const int code = numaplace_test::run_child([] {
         node_allocator<char> a(0);

@@ -350,6 +350,13 @@ private:
     void* map_placed(std::size_t length, std::size_t alignment, range_origin origin, bool& bound, int& refusal) {
         void* p = nullptr;
         refusal = memory::try_map(length, alignment, p);
+        if (refusal == ENOMEM && origin != range_origin::pooled) { // not a span's (its span heap's lock is held)
+            // the address space the span heaps' cold spans keep may be what is missing (span_heap::carve
+            // does the same for spans)
+            for (auto& k : spans_)
+                if (span_heap* h = k.load(std::memory_order_acquire)) h->unmap_cold_now();
+            refusal = memory::try_map(length, alignment, p);
+        }
         if (refusal != 0) return nullptr;
         try {
             bound = place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", origin);

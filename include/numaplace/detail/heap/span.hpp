@@ -41,6 +41,15 @@ static_assert(sizeof(heap_span) <= heap_span_header, "a span's header fits in it
 /// to its size) and bound once (span_heap; docs/heap.md, "Spans carved from chunks").
 inline constexpr std::size_t heap_span_chunk_bytes = std::size_t(1) << 20;
 
+/// Span sizes are powers of two from 64 KiB to 8 MiB: bucket 0 to heap_span_buckets - 1.
+inline constexpr std::size_t heap_span_buckets = 8;
+/// \returns the bucket of spans of `bytes` (a power of two, 64 KiB to 8 MiB).
+inline std::size_t heap_span_bucket(std::size_t bytes) noexcept {
+    return static_cast<std::size_t>(__builtin_ctzll(bytes)) - 16;
+}
+/// \returns the bytes of a span of bucket `b`.
+constexpr std::size_t heap_span_bytes_of_bucket(std::size_t b) noexcept { return std::size_t(64) << 10 << b; }
+
 /// \returns the span holding `block`, a block of class `c`.
 inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
     return reinterpret_cast<heap_span*>(reinterpret_cast<std::uintptr_t>(block) &

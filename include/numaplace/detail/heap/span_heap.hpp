@@ -4,14 +4,17 @@
 /// \file
 /// The span allocator of one node heap: blocks of the classes that are not page runs, carved from
 /// spans, which are carved from chunks of their size; emptied spans kept as spares of their class, then
-/// in a bounded cache of empty spans for any class, then unmapped. Where new memory comes from is the
+/// in a cache of empty spans for any class (hot up to a bound, then cold: nothing resident), unmapped by
+/// the decay. Where new memory comes from is the
 /// caller's (node_heap: mapped and bound).
 /// Design and measurements: docs/heap.md.
 
 #include "../../memory.hpp"
 #include "../linux.hpp"
+#include "cold_spans.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
+#include "span_chunks.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -170,8 +173,9 @@ public:
     /// \effects the decay of what is kept for reuse: a class neither taken from nor given to since the
     /// previous call returns its remote stack and transfer lists to their spans (a block parked there
     /// keeps its whole span resident) and gives its spares to the cache; a cache of empty spans neither
-    /// used nor given to since the previous call gives the pages of its resident spans back (they stay
-    /// mapped, their headers kept). Never allocates; skips a class whose lock is held.
+    /// used nor given to since the previous call unmaps its cold spans and gives every page of its hot
+    /// ones back (they become cold: mapped, nothing resident). Never allocates; skips a class whose lock
+    /// is held.
     void decay_now() noexcept {
         for (std::size_t c = 0; c < heap_class_count; ++c) {
             std::unique_lock<std::mutex> lock(class_mutex_[c], std::try_to_lock);
@@ -186,12 +190,19 @@ public:
             cache_touched_ = false;
             return;
         }
-        for (std::size_t b = 0; b < span_buckets; ++b)
+        unmap_cold();
+        for (std::size_t b = 0; b < heap_span_buckets; ++b)
             while (heap_span* s = hot_[b]) {
                 hot_[b] = s->next;
                 hot_bytes_ -= s->bytes;
-                to_cold(s, b);
+                cold_.push(b, s, s->bound);
             }
+    }
+
+    /// \effects unmaps the cold spans (their address space; nothing of them is resident). Never allocates.
+    void unmap_cold_now() noexcept {
+        std::lock_guard<std::mutex> lock(span_mutex_);
+        unmap_cold();
     }
 
     /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
@@ -204,17 +215,15 @@ public:
             trim_spares(c, true);
         }
         std::lock_guard<std::mutex> lock(span_mutex_);
-        for (heap_span** list : {hot_, cold_})
-            for (std::size_t b = 0; b < span_buckets; ++b)
-                while (heap_span* s = list[b]) {
-                    list[b] = s->next;
-                    memory::unmap(s, s->bytes);
-                }
-        hot_bytes_ = cold_bytes_ = 0;
-        for (fresh_chunk& f : fresh_) {
-            if (f.next != f.end) memory::unmap(f.next, static_cast<std::size_t>(f.end - f.next));
-            f.next = f.end = nullptr;
-        }
+        for (std::size_t b = 0; b < heap_span_buckets; ++b)
+            while (heap_span* s = hot_[b]) {
+                hot_[b] = s->next;
+                --mapped_[b];
+                memory::unmap(s, s->bytes);
+            }
+        hot_bytes_ = 0;
+        unmap_cold();
+        chunks_.unmap_rest();
     }
 
 private:
@@ -240,7 +249,6 @@ private:
     };
     static constexpr std::size_t cache_floor = std::size_t(512) << 10;
     static constexpr std::size_t spare_floor = std::size_t(256) << 10;
-    static constexpr std::size_t span_buckets = 8; // span sizes 64 KiB .. 8 MiB
 
     // Under class c's lock: keeps the list of `count` blocks whole as a transfer list when it is an eighth
     // of a batch or more, fits one thread's list, and there is room. \returns whether it did.
@@ -341,64 +349,36 @@ private:
     }
 
     // The cache of empty spans, by size: up to cache_floor (512 KiB) hot (pages resident), the rest cold
-    // (pages but the header's given back) while the cold ones are at most a quarter of the spans in
-    // use; beyond, unmapped.
-    static std::size_t bucket(std::size_t bytes) noexcept {
-        return static_cast<std::size_t>(__builtin_ctzll(bytes)) - 16; // 64 KiB .. 8 MiB: 0 .. 7
-    }
-    std::size_t cold_limit() const noexcept {
-        const std::size_t used = in_use_.load(std::memory_order_relaxed);
-        const std::size_t floor = cache_floor >> floor_shift_;
-        return used / 4 > floor ? used / 4 : floor;
-    }
+    // (every page given back, kept by address: cold_spans) until the decay unmaps them.
     void release(heap_span* s) noexcept {
         std::lock_guard<std::mutex> lock(span_mutex_);
         in_use_ -= s->bytes;
         cache_touched_ = true;
-        const std::size_t b = bucket(s->bytes);
+        const std::size_t b = heap_span_bucket(s->bytes);
         if (hot_bytes_ + s->bytes <= (cache_floor >> floor_shift_)) {
             s->next = hot_[b];
             hot_[b] = s;
             hot_bytes_ += s->bytes;
             return;
         }
-        to_cold(s, b);
+        cold_.push(b, s, s->bound);
     }
-    // \effects gives span s's pages but its header's back and keeps it in the cold cache of bucket b,
-    // then unmaps the coldest spans while the cold ones are over their limit; a span that would be over
-    // the limit itself is unmapped at once, without giving its pages back first (under span_mutex_).
-    void to_cold(heap_span* s, std::size_t b) noexcept {
-        if (cold_bytes_ + s->bytes > cold_limit()) {
-            memory::unmap(s, s->bytes);
-        } else {
-            const std::size_t page = page_size();
-            os_advise(reinterpret_cast<char*>(s) + page, s->bytes - page, page_advice::dont_need);
-            s->next = cold_[b];
-            cold_[b] = s;
-            cold_bytes_ += s->bytes;
-        }
-        for (std::size_t k = span_buckets; k-- > 0 && cold_bytes_ > cold_limit();)
-            while (cold_[k] && cold_bytes_ > cold_limit()) {
-                heap_span* victim = cold_[k];
-                cold_[k] = victim->next;
-                cold_bytes_ -= victim->bytes;
-                memory::unmap(victim, victim->bytes);
-            }
-    }
-    heap_span* reuse(std::size_t bytes) noexcept {
+    // \returns an empty span of `bytes` from the cache, hot first (`bound` as it was), or nullptr.
+    heap_span* reuse(std::size_t bytes, bool& bound) noexcept {
         cache_touched_ = true;
-        const std::size_t b = bucket(bytes);
+        const std::size_t b = heap_span_bucket(bytes);
         if (heap_span* s = hot_[b]) {
             hot_[b] = s->next;
             hot_bytes_ -= s->bytes;
+            bound = s->bound;
             return s;
         }
-        if (heap_span* s = cold_[b]) {
-            cold_[b] = s->next;
-            cold_bytes_ -= s->bytes;
-            return s;
-        }
-        return nullptr;
+        return static_cast<heap_span*>(cold_.pop(b, bound));
+    }
+    // \effects unmaps the cold spans (under span_mutex_).
+    void unmap_cold() noexcept {
+        for (std::size_t b = 0; b < heap_span_buckets; ++b) mapped_[b] -= cold_.count(b);
+        cold_.unmap_all();
     }
 
     // \returns an empty span of class c, from the cache (bound as it was), else carved from its size's
@@ -407,9 +387,19 @@ private:
     heap_span* new_span(std::size_t c, Map& map) {
         const heap_class_info& info = heap_table.info[c];
         std::lock_guard<std::mutex> lock(span_mutex_);
-        heap_span* s = reuse(info.span_bytes);
-        bool bound = s ? s->bound : false;
-        if (!s) s = carve(info.span_bytes, info.size, bound, map);
+        bool bound = false;
+        heap_span* s = reuse(info.span_bytes, bound);
+        if (!s) {
+            const std::size_t b = heap_span_bucket(info.span_bytes);
+            cold_.reserve(b, mapped_[b] + 1); // room to keep every span of this size cold later
+            s = chunks_.carve(info.span_bytes, info.size, bound, map, [this] { // a mapping failed
+                std::size_t kept = 0;
+                for (std::size_t k = 0; k < heap_span_buckets; ++k) kept += cold_.count(k);
+                unmap_cold(); // their address space may be what was missing
+                return kept != 0;
+            });
+            ++mapped_[b];
+        }
         s->next = s->prev = nullptr;
         s->free = nullptr;
         s->bump = reinterpret_cast<char*>(s) + info.first;
@@ -425,37 +415,6 @@ private:
         return s;
     }
 
-    // \returns a new span of `bytes` (its pages never touched): the next of the chunk of its size, a
-    // chunk mapped when none is left (`map(heap_span_chunk_bytes, size, bound)`: one mmap and mbind for its
-    // spans). A span of a chunk or more, or when the chunk's mapping fails (an address space or node that
-    // has a span's room but not a chunk's), is mapped alone (`map(bytes, size, bound)`). Under span_mutex_.
-    // \throws what map throws for the span alone.
-    template <class Map>
-    heap_span* carve(std::size_t bytes, std::size_t size, bool& bound, Map& map) {
-        fresh_chunk& f = fresh_[bucket(bytes)];
-        if (f.next == f.end) {
-            if (bytes >= heap_span_chunk_bytes) return static_cast<heap_span*>(map(bytes, size, bound));
-            char* chunk = nullptr;
-            try {
-                chunk = static_cast<char*>(map(heap_span_chunk_bytes, size, f.bound));
-            } catch (...) {
-                return static_cast<heap_span*>(map(bytes, size, bound));
-            }
-            f.next = chunk;
-            f.end = chunk + heap_span_chunk_bytes;
-        }
-        auto* s = reinterpret_cast<heap_span*>(f.next);
-        f.next += bytes;
-        bound = f.bound;
-        return s;
-    }
-    // The spans of each size not handed out yet: the rest of the last chunk mapped for that size.
-    struct fresh_chunk {
-        char* next = nullptr;
-        char* end = nullptr;
-        bool bound = false;
-    };
-
     std::mutex class_mutex_[heap_class_count]; // guards partial_[c], transfer_[c] and the spans of class c
     transfer_list transfer_[heap_class_count] = {};
     std::atomic<bool> touched_[heap_class_count] = {}; // taken from or given to since the last decay_now
@@ -465,10 +424,11 @@ private:
     heap_span* partial_[heap_class_count] = {};
     std::uint32_t spares_[heap_class_count] = {}; // spare spans in partial_[c] (under class c's lock)
     std::atomic<std::size_t> spare_bytes_{0};
-    heap_span* hot_[span_buckets] = {};
-    heap_span* cold_[span_buckets] = {};
-    fresh_chunk fresh_[span_buckets];
-    std::size_t hot_bytes_ = 0, cold_bytes_ = 0;
+    heap_span* hot_[heap_span_buckets] = {};
+    cold_spans cold_;
+    std::size_t mapped_[heap_span_buckets] = {}; // spans of each size mapped (what cold_ makes room for)
+    span_chunks chunks_;
+    std::size_t hot_bytes_ = 0;
     unsigned floor_shift_ = 0; // the floors above are shifted right by it (set_shard)
     bool cache_touched_ = false; // a span taken from or given to the cache since the last decay_now
     std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
