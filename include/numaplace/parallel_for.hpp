@@ -184,6 +184,14 @@ void for_range(std::size_t begin, std::size_t end, std::size_t grain, const Run&
     if (tbb_lost.load(std::memory_order_relaxed)) return run(r);
     tbb::parallel_for(r, run);
 }
+/// \returns `reduce` over [begin, end) from `identity` as oneTBB's parallel_reduce (`join` combining);
+/// in a process forked after oneTBB's workers started, `reduce(r, identity)` in this thread.
+template <class R, class Reduce, class Join>
+R reduce_range(std::size_t begin, std::size_t end, std::size_t grain, const R& identity, const Reduce& reduce, const Join& join) {
+    const tbb::blocked_range<std::size_t> r(begin, end, grain);
+    if (tbb_lost.load(std::memory_order_relaxed)) return reduce(r, identity);
+    return tbb::parallel_reduce(r, identity, reduce, join);
+}
 
 /// The same in node_arenas, after checking every non-empty block's node is one of this process's
 /// topology. \throws unknown_node (a partition made for another topology) before anything runs.
@@ -263,9 +271,7 @@ R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Comb
             return result;
         };
         NUMAPLACE_HANDOVER_RELEASE(); // after the closures are written: oneTBB's workers read them by reference
-        const tbb::blocked_range<std::size_t> r(b.begin, b.end, grain);
-        partial[k] = detail::tbb_lost.load(std::memory_order_relaxed) ? reduce(r, identity) // forked: this thread
-                                                                       : tbb::parallel_reduce(r, identity, reduce, join);
+        partial[k] = detail::reduce_range(b.begin, b.end, grain, identity, reduce, join);
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
     R result = identity;

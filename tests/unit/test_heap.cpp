@@ -1610,7 +1610,44 @@ TEST(heap, cold_spans_keep_nothing_resident_and_unmap_neighbours_at_once) {
     char* lone = static_cast<char*>(span_map(2 * span, 16, bound));
     none.push(1, lone, false);
     EXPECT_EQ(none.count(1), 0u);
+    EXPECT_TRUE(none.empty());
     EXPECT_EQ(resident_pages(lone, 2 * span), std::size_t(-1));
+    // the room at its bounds: one span mapped makes room for 64 (the least it grows to), the 65th push
+    // unmaps (and no longer counts as mapped); only a 65th span mapped doubles the room to 128
+    detail::cold_spans room;
+    room.note_mapped(0);
+    std::vector<char*> many;
+    for (int i = 0; i < 129; ++i) many.push_back(static_cast<char*>(span_map(span, 16, bound)));
+    for (int i = 0; i < 65; ++i) room.push(0, many[static_cast<std::size_t>(i)], false);
+    EXPECT_EQ(room.count(0), 64u);
+    EXPECT_EQ(resident_pages(many[64], span), std::size_t(-1)) << "the push past the room unmapped it";
+    for (int i = 0; i < 64; ++i) room.note_mapped(0); // 64 mapped (1 + 64, less the one unmapped): no growth
+    room.push(0, many[65], false);
+    EXPECT_EQ(room.count(0), 64u);
+    EXPECT_EQ(resident_pages(many[65], span), std::size_t(-1));
+    room.note_mapped(0); // 63 mapped (that unmapped one too), then 64: still no growth
+    room.note_mapped(0); // 65: room for 128
+    for (int i = 66; i < 129; ++i) room.push(0, many[static_cast<std::size_t>(i)], false);
+    EXPECT_EQ(room.count(0), 127u);
+    EXPECT_FALSE(room.empty());
+    room.unmap_all();
+    EXPECT_TRUE(room.empty());
+    for (char* p : many) EXPECT_EQ(resident_pages(p, span), std::size_t(-1));
+}
+
+// Every class's span size has a bucket, and the bucket's size is that span size (an independent oracle:
+// the power of two itself); a chunk holds a whole number of each smaller span.
+TEST(heap, every_span_size_has_its_bucket_and_chunks_hold_whole_spans) {
+    for (std::size_t c = 0; c < detail::heap_class_count; ++c) {
+        const std::size_t bytes = detail::heap_table.info[c].span_bytes;
+        ASSERT_EQ(bytes & (bytes - 1), 0u) << c;
+        std::size_t b = 0;
+        while ((std::size_t(64) << 10 << b) < bytes) ++b;
+        ASSERT_LT(b, detail::heap_span_buckets) << c;
+        EXPECT_EQ(detail::heap_span_bucket(bytes), b) << c;
+        EXPECT_EQ(detail::heap_span_bytes_of_bucket(b), bytes) << c;
+        if (bytes < detail::heap_span_chunk_bytes) EXPECT_EQ(detail::heap_span_chunk_bytes % bytes, 0u) << c;
+    }
 }
 
 // In a span heap: spans emptied past the hot cache keep nothing resident; the decay unmaps them after

@@ -30,8 +30,18 @@ public:
         for (std::uintptr_t* e : entries_) delete[] e;
     }
 
-    /// \effects makes room for `spans` spans of `bucket` (heap_span_bucket), more when it grows (doubling).
-    /// Never throws: without memory the room stays as it was, and a push past it unmaps its span.
+    /// \effects counts a span of `bucket` (heap_span_bucket) just mapped, and makes room to keep every
+    /// span of that size mapped now (growing by doubling, at least 64). Never throws: without memory the
+    /// room stays as it was, and a push past it unmaps its span.
+    void note_mapped(std::size_t bucket) noexcept {
+        ++mapped_[bucket];
+        reserve(bucket, mapped_[bucket]);
+    }
+    /// \effects counts a span of `bucket` unmapped elsewhere (not through this object).
+    void note_unmapped(std::size_t bucket) noexcept { --mapped_[bucket]; }
+
+    /// \effects makes room for `spans` spans of `bucket`, more when it grows (doubling, at least 64).
+    /// Never throws: without memory the room stays as it was.
     void reserve(std::size_t bucket, std::size_t spans) noexcept {
         if (spans <= cap_[bucket]) return;
         std::size_t cap = cap_[bucket] < 32 ? 64 : 2 * cap_[bucket];
@@ -51,6 +61,7 @@ public:
         const std::size_t bytes = heap_span_bytes_of_bucket(bucket);
         if (n_[bucket] == cap_[bucket]) {
             memory::unmap(s, bytes);
+            --mapped_[bucket];
             return;
         }
         os_advise(s, bytes, page_advice::dont_need);
@@ -68,6 +79,12 @@ public:
 
     /// \returns how many spans of `bucket` are kept.
     std::size_t count(std::size_t bucket) const noexcept { return n_[bucket]; }
+    /// \returns whether no span is kept.
+    bool empty() const noexcept {
+        for (std::size_t n : n_)
+            if (n != 0) return false;
+        return true;
+    }
 
     /// \effects unmaps every kept span, each run of neighbouring spans with one munmap. Never allocates.
     void unmap_all() noexcept {
@@ -82,6 +99,7 @@ public:
                 memory::unmap(reinterpret_cast<void*>(first), (j - i) * bytes);
                 i = j;
             }
+            mapped_[b] -= n;
             n_[b] = 0;
         }
     }
@@ -90,6 +108,7 @@ private:
     std::uintptr_t* entries_[heap_span_buckets] = {}; // a span's address | whether bound
     std::size_t n_[heap_span_buckets] = {};
     std::size_t cap_[heap_span_buckets] = {};
+    std::size_t mapped_[heap_span_buckets] = {}; // spans of each size mapped: what reserve makes room for
 };
 
 } // namespace detail

@@ -345,14 +345,15 @@ private:
 
     // \returns a new mapping of `length` bytes at a multiple of `alignment`, placed by the source on the
     // node as `origin` says (`bound` false when a degrading heap's binding was refused: recorded), or
-    // nullptr when mmap refused it (`refusal` its errno).
+    // nullptr when mmap refused it (`refusal` its errno). Refused for address space (ENOMEM), it is
+    // tried again after the span heaps unmapped their cold spans, unless `spans_locked` (a span heap's
+    // own mapping, under its lock: span_chunks::carve does the same there).
     // \throws placement_error when placing it failed (admission, binding), having unmapped it.
-    void* map_placed(std::size_t length, std::size_t alignment, range_origin origin, bool& bound, int& refusal) {
+    void* map_placed(std::size_t length, std::size_t alignment, range_origin origin, bool& bound, int& refusal,
+                     bool spans_locked = false) {
         void* p = nullptr;
         refusal = memory::try_map(length, alignment, p);
-        if (refusal == ENOMEM && origin != range_origin::pooled) { // not a span's (its span heap's lock is held)
-            // the address space the span heaps' cold spans keep may be what is missing (span_heap::carve
-            // does the same for spans)
+        if (refusal == ENOMEM && !spans_locked) {
             for (auto& k : spans_)
                 if (span_heap* h = k.load(std::memory_order_acquire)) h->unmap_cold_now();
             refusal = memory::try_map(length, alignment, p);
@@ -385,7 +386,7 @@ private:
     // \throws placement_error (`size` names a failed mapping; admission and binding name `bytes`).
     void* map_bound(std::size_t bytes, std::size_t size, bool& bound) {
         int refusal = 0;
-        void* p = map_placed(bytes, bytes, range_origin::pooled, bound, refusal);
+        void* p = map_placed(bytes, bytes, range_origin::pooled, bound, refusal, true);
         if (!p) throw_unmapped(size, refusal);
         return p;
     }

@@ -190,7 +190,7 @@ public:
             cache_touched_ = false;
             return;
         }
-        unmap_cold();
+        cold_.unmap_all();
         for (std::size_t b = 0; b < heap_span_buckets; ++b)
             while (heap_span* s = hot_[b]) {
                 hot_[b] = s->next;
@@ -202,7 +202,7 @@ public:
     /// \effects unmaps the cold spans (their address space; nothing of them is resident). Never allocates.
     void unmap_cold_now() noexcept {
         std::lock_guard<std::mutex> lock(span_mutex_);
-        unmap_cold();
+        cold_.unmap_all();
     }
 
     /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
@@ -218,11 +218,11 @@ public:
         for (std::size_t b = 0; b < heap_span_buckets; ++b)
             while (heap_span* s = hot_[b]) {
                 hot_[b] = s->next;
-                --mapped_[b];
+                cold_.note_unmapped(b);
                 memory::unmap(s, s->bytes);
             }
         hot_bytes_ = 0;
-        unmap_cold();
+        cold_.unmap_all();
         chunks_.unmap_rest();
     }
 
@@ -375,11 +375,6 @@ private:
         }
         return static_cast<heap_span*>(cold_.pop(b, bound));
     }
-    // \effects unmaps the cold spans (under span_mutex_).
-    void unmap_cold() noexcept {
-        for (std::size_t b = 0; b < heap_span_buckets; ++b) mapped_[b] -= cold_.count(b);
-        cold_.unmap_all();
-    }
 
     // \returns an empty span of class c, from the cache (bound as it was), else carved from its size's
     // chunk. \throws what map throws.
@@ -390,15 +385,12 @@ private:
         bool bound = false;
         heap_span* s = reuse(info.span_bytes, bound);
         if (!s) {
-            const std::size_t b = heap_span_bucket(info.span_bytes);
-            cold_.reserve(b, mapped_[b] + 1); // room to keep every span of this size cold later
             s = chunks_.carve(info.span_bytes, info.size, bound, map, [this] { // a mapping failed
-                std::size_t kept = 0;
-                for (std::size_t k = 0; k < heap_span_buckets; ++k) kept += cold_.count(k);
-                unmap_cold(); // their address space may be what was missing
-                return kept != 0;
+                const bool kept = !cold_.empty();
+                cold_.unmap_all(); // their address space may be what was missing
+                return kept;
             });
-            ++mapped_[b];
+            cold_.note_mapped(heap_span_bucket(info.span_bytes)); // room to keep it cold later
         }
         s->next = s->prev = nullptr;
         s->free = nullptr;
@@ -426,7 +418,6 @@ private:
     std::atomic<std::size_t> spare_bytes_{0};
     heap_span* hot_[heap_span_buckets] = {};
     cold_spans cold_;
-    std::size_t mapped_[heap_span_buckets] = {}; // spans of each size mapped (what cold_ makes room for)
     span_chunks chunks_;
     std::size_t hot_bytes_ = 0;
     unsigned floor_shift_ = 0; // the floors above are shifted right by it (set_shard)
