@@ -28,6 +28,24 @@
 
 
 namespace numaplace {
+namespace detail {
+/// What gives address space back when the kernel refused a mapping for it (ENOMEM under an address-space
+/// limit): layers above that keep memory mapped for reuse with nothing in use (the node heaps' cold spans,
+/// the cache of freed own mappings) subscribe their slot when they are made, so that every mapping,
+/// whoever asks for it, is tried once more after they gave back what they keep. A relief returns whether
+/// it unmapped anything; it never waits for a lock (the caller may hold one of theirs) and never
+/// allocates. Constant-initialised. Design: docs/heap.md ("Address space given back on refusal").
+using address_space_relief_fn = bool (*)() noexcept;
+enum : std::size_t { relief_heaps, relief_placed_cache, relief_slots };
+inline std::atomic<address_space_relief_fn> address_space_reliefs[relief_slots];
+/// \effects calls every subscribed relief. \returns whether one of them unmapped anything.
+inline bool relieve_address_space() noexcept {
+    bool any = false;
+    for (auto& slot : address_space_reliefs)
+        if (const address_space_relief_fn relief = slot.load(std::memory_order_acquire)) any = relief() || any;
+    return any;
+}
+} // namespace detail
 namespace memory {
 
 /// \returns true if `bytes` rounded up to whole pages fits in a size_t.
@@ -43,8 +61,9 @@ inline bool page_range_fits(const void* p, std::size_t bytes) noexcept {
 
 /// \effects maps `bytes` (rounded up to pages, at least one page) of anonymous, untouched memory whose
 /// start is a multiple of `alignment` (a power of two; below a page means a page).
-/// \returns 0 and the start in `out`; or ENOMEM (size overflow, or the kernel refused; nothing mapped),
-/// EINVAL (alignment not a power of two).
+/// \returns 0 and the start in `out`; or ENOMEM (size overflow, or the kernel refused, also after the
+/// subscribed reliefs gave address space back: detail::relieve_address_space; nothing mapped), EINVAL
+/// (alignment not a power of two).
 inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcept {
     out = nullptr;
     const std::size_t page = detail::page_size();
@@ -58,7 +77,9 @@ inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcep
     void* raw = nullptr;
     // Our flags and protection are valid, so EINVAL can only mean a length the kernel (or valgrind)
     // cannot map at all: out of memory, as for any other impossible size.
-    if (const int err = detail::os_map_anonymous(over, raw)) return err == EINVAL ? ENOMEM : err;
+    int err = detail::os_map_anonymous(over, raw);
+    if (err == ENOMEM && detail::relieve_address_space()) err = detail::os_map_anonymous(over, raw);
+    if (err != 0) return err == EINVAL ? ENOMEM : err;
     if (over != length) { // trim so that exactly [aligned, aligned + length) stays mapped
         const auto start = reinterpret_cast<std::uintptr_t>(raw);
         const std::uintptr_t mask = alignment - 1; // alignment: a power of two

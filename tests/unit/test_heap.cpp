@@ -1738,6 +1738,37 @@ TEST(heap, spans_past_the_hot_cache_go_cold_then_the_decay_unmaps_them_and_a_fai
     heap->release_all();
 }
 
+// Blocks of 4 KiB of `a`, `bytes` of them, allocated, freed and flushed from this thread's cache: the spans
+// they emptied (cold past the hot cache and the spares: mapped, nothing resident).
+static std::set<char*> emptied_spans(node_allocator<char>& a, std::size_t bytes) {
+    const std::size_t size = 4096, c = detail::heap_class_of(size);
+    std::vector<char*> blocks(bytes / size);
+    for (auto& p : blocks) p = a.allocate(size);
+    std::set<char*> spans;
+    for (char* p : blocks) spans.insert(reinterpret_cast<char*>(detail::heap_span_of(p, c)));
+    for (char* p : blocks) a.deallocate(p, size);
+    flush_this_thread();
+    return spans;
+}
+// \effects sets RLIMIT_AS to the address space in use plus `headroom`. \returns whether it did.
+static bool limit_address_space(std::size_t headroom) {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    unsigned long vm_pages = 0;
+    const bool read = f && std::fscanf(f, "%lu", &vm_pages) == 1;
+    if (f) std::fclose(f);
+    const rlimit lim{vm_pages * page + headroom, vm_pages * page + headroom};
+    return read && ::setrlimit(RLIMIT_AS, &lim) == 0;
+}
+// \returns how many of `spans` lie in a range g_unmaps recorded.
+static std::size_t unmapped_spans(const std::set<char*>& spans) {
+    std::size_t unmapped = 0;
+    for (char* s : spans)
+        unmapped += std::any_of(g_unmaps.begin(), g_unmaps.end(), [s](const std::pair<const void*, std::size_t>& u) {
+            return s >= static_cast<const char*>(u.first) && s < static_cast<const char*>(u.first) + u.second;
+        });
+    return unmapped;
+}
+
 // The address space cold spans keep is given back when a region of page runs cannot be mapped: 160 MiB
 // of spans emptied (cold: nothing resident, still mapped), the address space limited to what is in use
 // plus 32 MiB (less than a 64 MiB region, aligned, needs), a 768 KiB block: the cold spans are unmapped
@@ -1747,32 +1778,14 @@ TEST(heap, a_region_refused_for_address_space_first_unmaps_the_cold_spans) {
     if (sanitized) GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
     const int code = run_rss_child([](std::size_t, std::size_t) {
         node_allocator<char> a(0);
-        const std::size_t size = 4096, n = (std::size_t(160) << 20) / size;
-        std::vector<char*> blocks(n);
-        for (auto& p : blocks) p = a.allocate(size);
-        std::set<char*> spans;
-        const std::size_t c = detail::heap_class_of(size);
-        for (char* p : blocks) spans.insert(reinterpret_cast<char*>(detail::heap_span_of(p, c)));
-        for (char* p : blocks) a.deallocate(p, size);
-        flush_this_thread();
-        std::FILE* f = std::fopen("/proc/self/statm", "r");
-        unsigned long vm_pages = 0;
-        if (!f || std::fscanf(f, "%lu", &vm_pages) != 1) return 5;
-        std::fclose(f);
+        const std::set<char*> spans = emptied_spans(a, std::size_t(160) << 20);
         g_unmaps.clear();
         g_unmaps.reserve(100000); // no allocation in the observer
-        const rlimit lim{vm_pages * page + 32 * mib, vm_pages * page + 32 * mib};
-        if (::setrlimit(RLIMIT_AS, &lim) != 0) return 6;
+        if (!limit_address_space(32 * mib)) return 6;
         g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
         char* p = a.allocate(768 * 1024);
         detail::unmap_observer.store(g_previous_observer);
-        std::size_t unmapped = 0;
-        for (char* s : spans)
-            for (const auto& u : g_unmaps)
-                if (s >= static_cast<const char*>(u.first) && s < static_cast<const char*>(u.first) + u.second) {
-                    ++unmapped;
-                    break;
-                }
+        const std::size_t unmapped = unmapped_spans(spans);
         if (unmapped + 16 < spans.size()) { // all but the hot cache (8), the spares (4) and parked lists (4)
             std::fprintf(stderr, "%zu of %zu emptied spans unmapped\n", unmapped, spans.size());
             return 2;
@@ -1781,6 +1794,67 @@ TEST(heap, a_region_refused_for_address_space_first_unmaps_the_cold_spans) {
         return 0;
     });
     EXPECT_EQ(code, 0) << "2: the cold spans were not unmapped";
+}
+
+// Address space kept for reuse is given back to any mapping the kernel refuses for it, not only to the
+// heap that keeps it (memory::try_map's reliefs): 160 MiB of spans emptied (cold: mapped, nothing
+// resident), the address space limited to what is in use plus 32 MiB, a 64 MiB interleaved block (an
+// own mapping, no heap's): mapped after the heaps unmapped their cold spans. Then that block freed (kept
+// mapped by the cache of own mappings), the limit at what is in use plus 16 MiB, a 24 MiB block of the
+// node heap (a large block, mapped alone): mapped after the cache unmapped the 64 MiB block. Each request
+// is first made with the reliefs taken away: refused with ENOMEM (the limit is real, the test can fail).
+TEST(heap, a_mapping_refused_for_address_space_is_given_what_the_heaps_and_the_cache_of_own_mappings_keep) {
+    if (sanitized) GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
+    const int code = run_rss_child([](std::size_t, std::size_t) {
+        node_allocator<char> a(0);
+        interleaved_allocator<char> ia;
+        const std::size_t own = 64 * mib, large = 24 * mib;
+        const std::set<char*> spans = emptied_spans(a, std::size_t(160) << 20);
+        g_unmaps.clear();
+        g_unmaps.reserve(100000); // no allocation in the observer
+        detail::placed_cache::instance(); // made (and subscribed) before refused_alone takes the reliefs
+        // the request without the reliefs: \returns true when refused with ENOMEM
+        const auto refused_alone = [](const std::function<void()>& request) {
+            detail::address_space_relief_fn kept[detail::relief_slots];
+            for (std::size_t i = 0; i < detail::relief_slots; ++i) kept[i] = detail::address_space_reliefs[i].exchange(nullptr);
+            bool refused = false;
+            try {
+                request();
+            } catch (const placement_error& e) {
+                refused = e.error_number() == ENOMEM;
+            }
+            for (std::size_t i = 0; i < detail::relief_slots; ++i) detail::address_space_reliefs[i].store(kept[i]);
+            return refused;
+        };
+        if (!limit_address_space(32 * mib)) return 1;
+        if (!refused_alone([&] { ia.deallocate(ia.allocate(own), own); })) return 2;
+        g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
+        char* p = ia.allocate(own);
+        detail::unmap_observer.store(g_previous_observer);
+        const std::size_t unmapped = unmapped_spans(spans);
+        if (unmapped + 16 < spans.size()) { // all but the hot cache (8), the spares (4) and parked lists (4)
+            std::fprintf(stderr, "%zu of %zu emptied spans unmapped\n", unmapped, spans.size());
+            return 3;
+        }
+        ia.deallocate(p, own); // kept mapped by the cache of own mappings
+        if (detail::placed_cache::instance().cached_bytes() != own) return 4;
+        if (!limit_address_space(16 * mib)) return 8;
+        if (!refused_alone([&] { a.deallocate(a.allocate(large), large); })) return 5;
+        if (detail::placed_cache::instance().cached_bytes() != own) return 6; // nothing given back alone
+        g_unmaps.clear();
+        g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
+        char* q = a.allocate(large);
+        detail::unmap_observer.store(g_previous_observer);
+        const bool cache_unmapped = std::any_of(g_unmaps.begin(), g_unmaps.end(), [p](const std::pair<const void*, std::size_t>& u) {
+            return u.first == p;
+        });
+        if (!cache_unmapped || detail::placed_cache::instance().cached_bytes() != 0) return 7;
+        a.deallocate(q, large);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "1/8: no limit set, 2/5: the request was not refused without the reliefs, 3: the cold spans "
+                          "were not unmapped, 4: the freed own mapping not cached, 6: the cache gave it back alone, "
+                          "7: the cached own mapping not unmapped for the heap's block";
 }
 
 TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release_empties_the_lists) {

@@ -180,16 +180,26 @@ public:
         }
         for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
     }
-    /// \effects unmaps every cached block. Never allocates.
-    void release_all() noexcept {
+    /// \effects unmaps every cached block; with `wait` false only if the cache's lock is free now.
+    /// \returns whether any block was unmapped. Never allocates.
+    bool release_all(bool wait = true) noexcept {
         void* victims[slots];
         std::size_t n = 0, victim_bytes[slots];
         {
-            std::lock_guard<std::mutex> lock(mutex_);
+            std::unique_lock<std::mutex> lock(mutex_, std::defer_lock);
+            if (wait) lock.lock();
+            else if (!lock.try_lock()) return false;
             for (entry& e : table_)
                 if (e.p) evict(e, victims, victim_bytes, n);
         }
         for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
+        return n != 0;
+    }
+    /// \effects release_all without waiting: the address-space relief of memory::try_map (nothing is
+    /// ever mapped under the cache's lock). \returns whether a block was unmapped.
+    static bool relieve_address_space() noexcept {
+        placed_cache* c = cell().peek();
+        return c && c->release_all(false);
     }
     /// \returns the bytes cached now.
     std::size_t cached_bytes() noexcept {
@@ -211,7 +221,9 @@ private:
         alignas(std::max_align_t) unsigned char key[key_bytes] = {};
     };
 
-    placed_cache() = default;
+    placed_cache() noexcept {
+        address_space_reliefs[relief_placed_cache].store(&placed_cache::relieve_address_space, std::memory_order_release);
+    }
 
     entry* oldest() noexcept {
         entry* o = nullptr;

@@ -188,6 +188,16 @@ public:
         runs_.decay_now();
         large_.decay_now();
     }
+    /// \effects unmaps the cold spans of every shard whose lock is free now (span_heap::try_unmap_cold), if
+    /// the heap is open now (no fork closing it). \returns whether any were unmapped. Never waits.
+    bool try_unmap_cold() noexcept {
+        if (::pthread_rwlock_tryrdlock(&fork_gate_) != 0) return false;
+        bool any = false;
+        for (std::size_t k = 0; k < shards_; ++k)
+            if (span_heap* h = spans_[k].load(std::memory_order_acquire)) any = h->try_unmap_cold() || any;
+        ::pthread_rwlock_unlock(&fork_gate_);
+        return any;
+    }
     /// \returns the bytes of cached large blocks (free large runs not included).
     std::size_t large_cached_bytes() noexcept {
         gate_pass pass(fork_gate_);

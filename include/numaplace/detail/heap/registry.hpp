@@ -77,6 +77,15 @@ public:
             for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_free();
     }
 
+    /// \effects unmaps the cold spans of every heap open now whose span locks are free now
+    /// (node_heap::try_unmap_cold): the address-space relief of memory::try_map. \returns whether any were
+    /// unmapped. Never waits, never allocates.
+    static bool relieve_address_space() noexcept {
+        bool any = false;
+        if (heap_registry* r = cell().peek())
+            for (std::size_t i = 0; i < r->count_; ++i) any = r->heaps_[i]->try_unmap_cold() || any;
+        return any;
+    }
     /// \effects node_heap::decay_now on every heap (nothing when no heap was made). Never allocates.
     static void decay_now() noexcept {
         if (heap_registry* r = cell().peek())
@@ -119,6 +128,7 @@ private:
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i)
             heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources), shards_);
+        address_space_reliefs[relief_heaps].store(&heap_registry::relieve_address_space, std::memory_order_release);
     }
     // The registry's making lock is held from prepare to parent/child: peek() is the same as in prepare.
     static void reopen_gates(bool child) noexcept {

@@ -204,6 +204,15 @@ public:
         std::lock_guard<std::mutex> lock(span_mutex_);
         cold_.unmap_all();
     }
+    /// \effects the same if the cache's lock is free now and this thread is not making a span here (its
+    /// mapping relieves this heap itself). \returns whether cold spans were unmapped. Never waits.
+    bool try_unmap_cold() noexcept {
+        if (making() == this) return false;
+        std::unique_lock<std::mutex> lock(span_mutex_, std::try_to_lock);
+        if (!lock.owns_lock() || cold_.empty()) return false;
+        cold_.unmap_all();
+        return true;
+    }
 
     /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
     /// empty span: the spares of every class, the cache, and the chunks' spans never handed out. Never
@@ -385,6 +394,10 @@ private:
         bool bound = false;
         heap_span* s = reuse(info.span_bytes, bound);
         if (!s) {
+            making() = this; // under span_mutex_: try_unmap_cold skips this heap
+            struct done_making {
+                ~done_making() { making() = nullptr; }
+            } done;
             s = chunks_.carve(info.span_bytes, info.size, bound, map, [this] { // a mapping failed
                 const bool kept = !cold_.empty();
                 cold_.unmap_all(); // their address space may be what was missing
@@ -405,6 +418,11 @@ private:
         s->shard = shard_;
         in_use_ += s->bytes;
         return s;
+    }
+
+    static span_heap*& making() noexcept { // the span heap this thread maps a span for, or null
+        static thread_local span_heap* heap = nullptr;
+        return heap;
     }
 
     std::mutex class_mutex_[heap_class_count]; // guards partial_[c], transfer_[c] and the spans of class c
