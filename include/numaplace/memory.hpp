@@ -33,8 +33,9 @@ namespace detail {
 /// limit): layers above that keep memory mapped for reuse with nothing in use (the node heaps' cold spans,
 /// the cache of freed own mappings) subscribe their slot when they are made, so that every mapping,
 /// whoever asks for it, is tried once more after they gave back what they keep. A relief returns whether
-/// it unmapped anything; it never waits for a lock (the caller may hold one of theirs) and never
-/// allocates. Constant-initialised. Design: docs/heap.md ("Address space given back on refusal").
+/// it unmapped anything; it never waits for a lock the caller may hold (or one a fork holds while it
+/// waits for the caller) and never allocates. Constant-initialised. Design: docs/heap.md ("Address space
+/// given back on refusal").
 using address_space_relief_fn = bool (*)() noexcept;
 enum : std::size_t { relief_heaps, relief_placed_cache, relief_slots };
 inline std::atomic<address_space_relief_fn> address_space_reliefs[relief_slots];
@@ -62,7 +63,8 @@ inline bool page_range_fits(const void* p, std::size_t bytes) noexcept {
 /// \effects maps `bytes` (rounded up to pages, at least one page) of anonymous, untouched memory whose
 /// start is a multiple of `alignment` (a power of two; below a page means a page).
 /// \returns 0 and the start in `out`; or ENOMEM (size overflow, or the kernel refused, also after the
-/// subscribed reliefs gave address space back: detail::relieve_address_space; nothing mapped), EINVAL
+/// subscribed reliefs gave address space back when the request is below the address-space limit:
+/// detail::relieve_address_space; nothing mapped), EINVAL
 /// (alignment not a power of two).
 inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcept {
     out = nullptr;
@@ -78,7 +80,9 @@ inline int try_map(std::size_t bytes, std::size_t alignment, void*& out) noexcep
     // Our flags and protection are valid, so EINVAL can only mean a length the kernel (or valgrind)
     // cannot map at all: out of memory, as for any other impossible size.
     int err = detail::os_map_anonymous(over, raw);
-    if (err == ENOMEM && detail::relieve_address_space()) err = detail::os_map_anonymous(over, raw);
+    // A request of the whole address-space limit or more fits after no relief: what is kept stays.
+    if (err == ENOMEM && over < detail::os_address_space_limit() && detail::relieve_address_space())
+        err = detail::os_map_anonymous(over, raw);
     if (err != 0) return err == EINVAL ? ENOMEM : err;
     if (over != length) { // trim so that exactly [aligned, aligned + length) stays mapped
         const auto start = reinterpret_cast<std::uintptr_t>(raw);

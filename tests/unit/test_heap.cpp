@@ -1803,6 +1803,7 @@ TEST(heap, a_region_refused_for_address_space_first_unmaps_the_cold_spans) {
 // mapped by the cache of own mappings), the limit at what is in use plus 16 MiB, a 24 MiB block of the
 // node heap (a large block, mapped alone): mapped after the cache unmapped the 64 MiB block. Each request
 // is first made with the reliefs taken away: refused with ENOMEM (the limit is real, the test can fail).
+// Requests over the limit (the limit itself, sizes past the last page) are refused and leave the cache.
 TEST(heap, a_mapping_refused_for_address_space_is_given_what_the_heaps_and_the_cache_of_own_mappings_keep) {
     if (sanitized) GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
     const int code = run_rss_child([](std::size_t, std::size_t) {
@@ -1838,6 +1839,11 @@ TEST(heap, a_mapping_refused_for_address_space_is_given_what_the_heaps_and_the_c
         }
         ia.deallocate(p, own); // kept mapped by the cache of own mappings
         if (detail::placed_cache::instance().cached_bytes() != own) return 4;
+        // requests no relief can make fit leave what is kept: the whole limit, a size past the last page
+        void* none = nullptr;
+        for (const std::size_t bytes : {detail::os_address_space_limit(), SIZE_MAX - page + 2, SIZE_MAX})
+            if (memory::try_map(bytes, page, none) != ENOMEM || none || detail::placed_cache::instance().cached_bytes() != own)
+                return 9;
         if (!limit_address_space(16 * mib)) return 8;
         if (!refused_alone([&] { a.deallocate(a.allocate(large), large); })) return 5;
         if (detail::placed_cache::instance().cached_bytes() != own) return 6; // nothing given back alone
@@ -1854,7 +1860,7 @@ TEST(heap, a_mapping_refused_for_address_space_is_given_what_the_heaps_and_the_c
     });
     EXPECT_EQ(code, 0) << "1/8: no limit set, 2/5: the request was not refused without the reliefs, 3: the cold spans "
                           "were not unmapped, 4: the freed own mapping not cached, 6: the cache gave it back alone, "
-                          "7: the cached own mapping not unmapped for the heap's block";
+                          "7: the cached own mapping not unmapped for the heap's block, 9: a request over the limit emptied the cache";
 }
 
 TEST(heap, blocks_freed_by_one_thread_are_the_next_refill_of_another_and_release_empties_the_lists) {

@@ -188,13 +188,13 @@ public:
         runs_.decay_now();
         large_.decay_now();
     }
-    /// \effects unmaps the cold spans of every shard whose lock is free now (span_heap::try_unmap_cold), if
-    /// the heap is open now (no fork closing it). \returns whether any were unmapped. Never waits.
-    bool try_unmap_cold() noexcept {
+    /// \effects span_heap::relieve on every shard, if the heap is open now (no fork closing it: its gate is
+    /// only tried, a fork waits for the readers). \returns whether any cold spans were unmapped.
+    bool relieve() noexcept {
         if (::pthread_rwlock_tryrdlock(&fork_gate_) != 0) return false;
         bool any = false;
         for (std::size_t k = 0; k < shards_; ++k)
-            if (span_heap* h = spans_[k].load(std::memory_order_acquire)) any = h->try_unmap_cold() || any;
+            if (span_heap* h = spans_[k].load(std::memory_order_acquire)) any = h->relieve() || any;
         ::pthread_rwlock_unlock(&fork_gate_);
         return any;
     }
@@ -355,19 +355,12 @@ private:
 
     // \returns a new mapping of `length` bytes at a multiple of `alignment`, placed by the source on the
     // node as `origin` says (`bound` false when a degrading heap's binding was refused: recorded), or
-    // nullptr when mmap refused it (`refusal` its errno). Refused for address space (ENOMEM), it is
-    // tried again after the span heaps unmapped their cold spans, unless `spans_locked` (a span heap's
-    // own mapping, under its lock: span_chunks::carve does the same there).
+    // nullptr when mmap refused it (`refusal` its errno; memory::try_map has tried again after every
+    // heap's cold spans were unmapped).
     // \throws placement_error when placing it failed (admission, binding), having unmapped it.
-    void* map_placed(std::size_t length, std::size_t alignment, range_origin origin, bool& bound, int& refusal,
-                     bool spans_locked = false) {
+    void* map_placed(std::size_t length, std::size_t alignment, range_origin origin, bool& bound, int& refusal) {
         void* p = nullptr;
         refusal = memory::try_map(length, alignment, p);
-        if (refusal == ENOMEM && !spans_locked) {
-            for (auto& k : spans_)
-                if (span_heap* h = k.load(std::memory_order_acquire)) h->unmap_cold_now();
-            refusal = memory::try_map(length, alignment, p);
-        }
         if (refusal != 0) return nullptr;
         try {
             bound = place(p, length, source_.mode(), node_set{node_}, source_.fb, "heap: ", origin);
@@ -396,7 +389,7 @@ private:
     // \throws placement_error (`size` names a failed mapping; admission and binding name `bytes`).
     void* map_bound(std::size_t bytes, std::size_t size, bool& bound) {
         int refusal = 0;
-        void* p = map_placed(bytes, bytes, range_origin::pooled, bound, refusal, true);
+        void* p = map_placed(bytes, bytes, range_origin::pooled, bound, refusal);
         if (!p) throw_unmapped(size, refusal);
         return p;
     }

@@ -77,13 +77,12 @@ public:
             for (std::size_t i = 0; i < r->count_; ++i) r->heaps_[i]->release_free();
     }
 
-    /// \effects unmaps the cold spans of every heap open now whose span locks are free now
-    /// (node_heap::try_unmap_cold): the address-space relief of memory::try_map. \returns whether any were
-    /// unmapped. Never waits, never allocates.
+    /// \effects node_heap::relieve on every heap: the address-space relief of memory::try_map.
+    /// \returns whether any cold spans were unmapped. Never allocates.
     static bool relieve_address_space() noexcept {
         bool any = false;
         if (heap_registry* r = cell().peek())
-            for (std::size_t i = 0; i < r->count_; ++i) any = r->heaps_[i]->try_unmap_cold() || any;
+            for (std::size_t i = 0; i < r->count_; ++i) any = r->heaps_[i]->relieve() || any;
         return any;
     }
     /// \effects node_heap::decay_now on every heap (nothing when no heap was made). Never allocates.

@@ -199,17 +199,17 @@ public:
             }
     }
 
-    /// \effects unmaps the cold spans (their address space; nothing of them is resident). Never allocates.
-    void unmap_cold_now() noexcept {
-        std::lock_guard<std::mutex> lock(span_mutex_);
-        cold_.unmap_all();
-    }
-    /// \effects the same if the cache's lock is free now and this thread is not making a span here (its
-    /// mapping relieves this heap itself). \returns whether cold spans were unmapped. Never waits.
-    bool try_unmap_cold() noexcept {
+    /// \effects unmaps the cold spans for a refused mapping: waits for the cache's lock unless this thread
+    /// maps a span (then only tries it: two threads mapping spans would wait on each other; its own heap is
+    /// skipped, carve relieves it first). \returns whether cold spans were unmapped. Never allocates.
+    bool relieve() noexcept {
         if (making() == this) return false;
         std::unique_lock<std::mutex> lock(span_mutex_, std::try_to_lock);
-        if (!lock.owns_lock() || cold_.empty()) return false;
+        if (!lock.owns_lock()) {
+            if (making()) return false;
+            lock.lock();
+        }
+        if (cold_.empty()) return false;
         cold_.unmap_all();
         return true;
     }
@@ -394,7 +394,7 @@ private:
         bool bound = false;
         heap_span* s = reuse(info.span_bytes, bound);
         if (!s) {
-            making() = this; // under span_mutex_: try_unmap_cold skips this heap
+            making() = this; // under span_mutex_: relieve skips this heap, tries the others
             struct done_making {
                 ~done_making() { making() = nullptr; }
             } done;
