@@ -51,6 +51,8 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
 
 /// Span heaps a node heap may be split into (NUMAPLACE_HEAP_SHARDS, or chosen: see heap_registry).
 constexpr std::size_t heap_shards_max = 16;
+/// The most run heaps a node heap has (node_heap).
+constexpr std::size_t heap_run_shards_max = 2;
 
 /// \returns the flag set once any thread cache takes span blocks from a shard other than 0
 /// (thread_cache), never cleared: until then every span block is shard 0's, and no free reads its span's
@@ -68,9 +70,12 @@ class node_heap {
 public:
     /// `shards`: the span heaps it may be split into, 1 to heap_shards_max; shard 0's is made now, the
     /// others at their first take.
-    node_heap(int node, heap_source source, std::size_t shards = 1)
+    /// `run_shards`: the run heaps (1 or heap_run_shards_max): a thread takes its runs from one, chosen
+    /// by the order of its first run (runs freed by a thread land where it takes its next ones: docs/heap.md).
+    node_heap(int node, heap_source source, std::size_t shards = 1, std::size_t run_shards = 1)
         : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"),
-          shards_(shards), runs_(huge_align_) {
+          shards_(shards), run_shards_(run_shards < 1 ? 1 : run_shards > heap_run_shards_max ? heap_run_shards_max : run_shards),
+          runs_{run_heap(huge_align_), run_heap(huge_align_)} {
         init_gate();
         spans_[0].store(new span_heap, std::memory_order_relaxed);
     }
@@ -167,7 +172,9 @@ public:
     /// before the run is reused. \returns true when the range lies in one of this heap's regions.
     bool mark_moved(std::uintptr_t begin, std::uintptr_t end, bool policy) noexcept {
         gate_pass pass(fork_gate_);
-        return runs_.mark_moved(begin, end, policy);
+        bool any = false;
+        for (std::size_t k = 0; k < run_shards_; ++k) any = runs_[k].mark_moved(begin, end, policy) || any;
+        return any;
     }
     /// \effects gives every free page of the heap back to the kernel: the free runs' pages, the empty
     /// regions and spans, the cached large blocks. Never allocates.
@@ -175,7 +182,7 @@ public:
         gate_pass pass(fork_gate_);
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->release_all();
-        runs_.release_all();
+        for (std::size_t k = 0; k < run_shards_; ++k) runs_[k].release_all();
         large_.release_all();
     }
     /// \effects what the decay gives back at the heap's next operation, now: free runs and cached large
@@ -185,7 +192,7 @@ public:
         gate_pass pass(fork_gate_);
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->decay_now();
-        runs_.decay_now();
+        for (std::size_t k = 0; k < run_shards_; ++k) runs_[k].decay_now();
         large_.decay_now();
     }
     /// \effects span_heap::relieve on every shard, if the heap is open now (no fork closing it: its gate is
@@ -232,11 +239,13 @@ public:
         return n;
     }
     /// \returns the bytes of page runs handed out (thread caches included).
-    std::size_t run_bytes_in_use() noexcept { return runs_.bytes_in_use(); }
+    std::size_t run_bytes_in_use() noexcept { return sum_runs(&run_heap::bytes_in_use); }
     /// \returns the bytes of free page runs whose pages may be resident.
-    std::size_t run_bytes_dirty() noexcept { return runs_.bytes_dirty(); }
+    std::size_t run_bytes_dirty() noexcept { return sum_runs(&run_heap::bytes_dirty); }
     /// \returns the bytes of the page runs' regions (mapped, resident or not).
-    std::size_t run_bytes_mapped() noexcept { return runs_.bytes_mapped(); }
+    std::size_t run_bytes_mapped() noexcept { return sum_runs(&run_heap::bytes_mapped); }
+    /// \returns the run heaps (node_heap's constructor).
+    std::size_t run_shards() const noexcept { return run_shards_; }
 
 private:
     // give() with shards: each block back to its span's shard, in the list's order; a list of one
@@ -288,7 +297,7 @@ private:
         int refusal = 0; // mmap's errno when no region could be mapped
         char* p = nullptr;
         try {
-            p = runs_.take(pages, align, clean, [&](std::size_t region, std::size_t, bool& bound) {
+            p = runs_[own_run_shard()].take(pages, align, clean, [&](std::size_t region, std::size_t, bool& bound) {
                 // bound whole; admitted run by run below
                 void* r = map_placed(region, region, range_origin::unadmitted, bound, refusal);
                 if (!r) throw_unmapped(bytes, refusal);
@@ -332,11 +341,14 @@ private:
     // Takes back a run of `pages` to its region, first back on this heap's node when replace() moved it.
     // \returns false, doing nothing, when `p` is in none of this heap's regions.
     bool return_run(void* p, std::size_t pages, bool dirty) noexcept {
-        if (const std::uint32_t marks = runs_.take_moved(p)) {
-            if (!restore_moved(p, pages * page_size(), marks)) return true; // kept out of use
-            dirty = false;
+        for (std::size_t k = 0; k < run_shards_; ++k) {
+            if (const std::uint32_t marks = runs_[k].take_moved(p)) {
+                if (!restore_moved(p, pages * page_size(), marks)) return true; // kept out of use
+                dirty = false;
+            }
+            if (runs_[k].give(p, pages, dirty)) return true;
         }
-        return runs_.give(p, pages, dirty);
+        return false;
     }
     // A run whose pages replace() moved goes back to this heap's node before anyone gets it again: its
     // pages given back to the kernel (the next user faults them in where the heap binds) and, when
@@ -417,7 +429,18 @@ private:
     std::size_t shards_;
     std::atomic<span_heap*> spans_[heap_shards_max] = {}; // made on first use (spans_made), never unmade
 
-    run_heap runs_;
+    template <class F>
+    std::size_t sum_runs(F f) noexcept { // the sum of f over the run heaps
+        return (runs_[0].*f)() + (run_shards_ > 1 ? (runs_[1].*f)() : 0);
+    }
+    // The run heap this thread takes runs from: threads in the order of their first run, in turn.
+    std::size_t own_run_shard() const noexcept {
+        static std::atomic<std::size_t> next{0};
+        static thread_local std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
+        return mine % run_shards_;
+    }
+    std::size_t run_shards_;
+    run_heap runs_[heap_run_shards_max];
     large_cache large_;
 };
 

@@ -126,7 +126,8 @@ private:
         cpus_ = n > 0 ? static_cast<std::size_t>(n) : 1;
         heaps_ = new node_heap*[count_];
         for (std::size_t i = 0; i < count_; ++i)
-            heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources), shards_);
+            heaps_[i] = new node_heap(static_cast<int>(i / heap_sources), heap_source::at(i % heap_sources), shards_,
+                                      cpus_ >= 2 ? heap_run_shards_max : 1);
         address_space_reliefs[relief_heaps].store(&heap_registry::relieve_address_space, std::memory_order_release);
     }
     // The registry's making lock is held from prepare to parent/child: peek() is the same as in prepare.
