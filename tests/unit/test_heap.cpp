@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include <address_space.hpp>
 #include <child.hpp>
 #include <expect.hpp>
 #include <seccomp.hpp>
@@ -1750,15 +1751,7 @@ static std::set<char*> emptied_spans(node_allocator<char>& a, std::size_t bytes)
     flush_this_thread();
     return spans;
 }
-// \effects sets RLIMIT_AS to the address space in use plus `headroom`. \returns whether it did.
-static bool limit_address_space(std::size_t headroom) {
-    std::FILE* f = std::fopen("/proc/self/statm", "r");
-    unsigned long vm_pages = 0;
-    const bool read = f && std::fscanf(f, "%lu", &vm_pages) == 1;
-    if (f) std::fclose(f);
-    const rlimit lim{vm_pages * page + headroom, vm_pages * page + headroom};
-    return read && ::setrlimit(RLIMIT_AS, &lim) == 0;
-}
+using numaplace_test::limit_address_space;
 // \returns how many of `spans` lie in a range g_unmaps recorded.
 static std::size_t unmapped_spans(const std::set<char*>& spans) {
     std::size_t unmapped = 0;

@@ -8,9 +8,14 @@
 
 #include <gtest/gtest.h>
 
+#include <address_space.hpp>
+#include <child.hpp>
+
+#include <atomic>
 #include <cstddef>
 #include <set>
 #include <thread>
+#include <vector>
 
 using namespace numaplace;
 
@@ -79,4 +84,52 @@ TEST(heap_run_shards, two_cpus_make_two_run_heaps_and_each_thread_reuses_the_run
     std::set<char*> distinct{b_got, a_again, c};
     EXPECT_EQ(distinct.size(), 3u);
     EXPECT_EQ(node0_runs_in_use(), in_use) << "every run back in its run heap";
+}
+
+// Under an address-space limit (`ulimit -v`), a thread whose own run heap can map no region takes a free
+// run of the other run heap before mapping one alone: thread A takes and frees an 8 MiB run, the limit is
+// set to the address space in use plus 4 MiB (less than a region or the block mapped alone need), and
+// thread B, the next to take a run (the other run heap), gets A's run. Before, B's request was refused
+// (placement_error) with 8 MiB free in A's run heap. One CPU: one run heap, the same run. A fresh process.
+TEST(heap_run_shards, a_thread_that_can_map_no_region_takes_the_other_run_heaps_free_run) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    GTEST_SKIP() << "sanitizers reserve terabytes of shadow address space";
+#endif
+    const int code = numaplace_test::run_child([] {
+        constexpr std::size_t bytes = std::size_t(8) << 20;
+        release_cached_memory(); // no region left by earlier tests: each run heap must map its own
+        node_allocator<char> a(0);
+        char* freed = nullptr;
+        std::thread ta([&] {
+            freed = a.allocate(bytes);
+            freed[0] = freed[bytes - 1] = 1;
+            a.deallocate(freed, bytes);
+        });
+        ta.join();
+        std::atomic<int> step{0};
+        char* got = nullptr;
+        int error = 0;
+        std::thread tb([&] { // made, and its first small block and malloc arena taken, before the limit
+            char* small = a.allocate(64);
+            std::vector<char> arena(100);
+            step = 1;
+            while (step.load() != 2) std::this_thread::yield();
+            try {
+                got = a.allocate(bytes);
+                got[0] = 2;
+            } catch (const placement_error& e) {
+                error = e.error_number() != 0 ? e.error_number() : -1;
+            }
+            a.deallocate(small, 64);
+        });
+        while (step.load() != 1) std::this_thread::yield();
+        if (!numaplace_test::limit_address_space(std::size_t(4) << 20)) return 6;
+        step = 2;
+        tb.join();
+        if (error != 0) return 2;
+        if (got != freed) return 3;
+        a.deallocate(got, bytes);
+        return 0;
+    });
+    EXPECT_EQ(code, 0) << "2: refused (placement_error); 3: not the other run heap's free run; 6: no limit set";
 }

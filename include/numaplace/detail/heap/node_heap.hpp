@@ -13,7 +13,7 @@
 #include "../config.hpp"
 #include "../moved_ranges.hpp"
 #include "large_cache.hpp"
-#include "run_heap.hpp"
+#include "run_shards.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
 #include "span_heap.hpp"
@@ -51,8 +51,6 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
 
 /// Span heaps a node heap may be split into (NUMAPLACE_HEAP_SHARDS, or chosen: see heap_registry).
 constexpr std::size_t heap_shards_max = 16;
-/// The most run heaps a node heap has (node_heap).
-constexpr std::size_t heap_run_shards_max = 2;
 
 /// \returns the flag set once any thread cache takes span blocks from a shard other than 0
 /// (thread_cache), never cleared: until then every span block is shard 0's, and no free reads its span's
@@ -70,12 +68,10 @@ class node_heap {
 public:
     /// `shards`: the span heaps it may be split into, 1 to heap_shards_max; shard 0's is made now, the
     /// others at their first take.
-    /// `run_shards`: the run heaps (1 or heap_run_shards_max): a thread takes its runs from one, chosen
-    /// by the order of its first run (runs freed by a thread land where it takes its next ones: docs/heap.md).
+    /// `run_shards`: the run heaps (run_shards.hpp), 1 to heap_run_shards_max.
     node_heap(int node, heap_source source, std::size_t shards = 1, std::size_t run_shards = 1)
         : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"),
-          shards_(shards), run_shards_(run_shards < 1 ? 1 : run_shards > heap_run_shards_max ? heap_run_shards_max : run_shards),
-          runs_{run_heap(huge_align_), run_heap(huge_align_)} {
+          shards_(shards), runs_(huge_align_, run_shards) {
         init_gate();
         spans_[0].store(new span_heap, std::memory_order_relaxed);
     }
@@ -173,7 +169,7 @@ public:
     bool mark_moved(std::uintptr_t begin, std::uintptr_t end, bool policy) noexcept {
         gate_pass pass(fork_gate_);
         bool any = false;
-        for (std::size_t k = 0; k < run_shards_; ++k) any = runs_[k].mark_moved(begin, end, policy) || any;
+        for (std::size_t k = 0; k < runs_.count(); ++k) any = runs_.at(k).mark_moved(begin, end, policy) || any;
         return any;
     }
     /// \effects gives every free page of the heap back to the kernel: the free runs' pages, the empty
@@ -182,7 +178,7 @@ public:
         gate_pass pass(fork_gate_);
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->release_all();
-        for (std::size_t k = 0; k < run_shards_; ++k) runs_[k].release_all();
+        for (std::size_t k = 0; k < runs_.count(); ++k) runs_.at(k).release_all();
         large_.release_all();
     }
     /// \effects what the decay gives back at the heap's next operation, now: free runs and cached large
@@ -192,7 +188,7 @@ public:
         gate_pass pass(fork_gate_);
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->decay_now();
-        for (std::size_t k = 0; k < run_shards_; ++k) runs_[k].decay_now();
+        for (std::size_t k = 0; k < runs_.count(); ++k) runs_.at(k).decay_now();
         large_.decay_now();
     }
     /// \effects span_heap::relieve on every shard, if the heap is open now (no fork closing it: its gate is
@@ -239,13 +235,13 @@ public:
         return n;
     }
     /// \returns the bytes of page runs handed out (thread caches included).
-    std::size_t run_bytes_in_use() noexcept { return sum_runs(&run_heap::bytes_in_use); }
+    std::size_t run_bytes_in_use() noexcept { return runs_.sum(&run_heap::bytes_in_use); }
     /// \returns the bytes of free page runs whose pages may be resident.
-    std::size_t run_bytes_dirty() noexcept { return sum_runs(&run_heap::bytes_dirty); }
+    std::size_t run_bytes_dirty() noexcept { return runs_.sum(&run_heap::bytes_dirty); }
     /// \returns the bytes of the page runs' regions (mapped, resident or not).
-    std::size_t run_bytes_mapped() noexcept { return sum_runs(&run_heap::bytes_mapped); }
+    std::size_t run_bytes_mapped() noexcept { return runs_.sum(&run_heap::bytes_mapped); }
     /// \returns the run heaps (node_heap's constructor).
-    std::size_t run_shards() const noexcept { return run_shards_; }
+    std::size_t run_shards() const noexcept { return runs_.count(); }
 
 private:
     // give() with shards: each block back to its span's shard, in the list's order; a list of one
@@ -296,20 +292,23 @@ private:
         std::size_t clean = 0;
         int refusal = 0; // mmap's errno when no region could be mapped
         char* p = nullptr;
+        const std::size_t own = runs_.own();
         try {
-            p = runs_[own_run_shard()].take(pages, align, clean, [&](std::size_t region, std::size_t, bool& bound) {
+            p = runs_.at(own).take(pages, align, clean, [&](std::size_t region, std::size_t, bool& bound) {
                 // bound whole; admitted run by run below
                 void* r = map_placed(region, region, range_origin::unadmitted, bound, refusal);
                 if (!r) throw_unmapped(bytes, refusal);
                 return r;
             });
         } catch (const placement_error& e) {
-            if (refusal != 0) {
+            if (refusal == 0) {
+                if (bytes <= large_threshold) throw;
+                throw large_refusal(bytes, run_region_bytes, e.error_number());
+            } // no region (the address space limit): the other run heaps' free runs, else mapped alone
+            if (!(p = runs_.take_mapping_nothing(own, pages, align, clean))) {
                 if (bytes > large_threshold) return nullptr; // the caller maps it alone
                 return map_alone(bytes, pages * page_size()); // a mid-size run: here
             }
-            if (bytes <= large_threshold) throw;
-            throw large_refusal(bytes, run_region_bytes, e.error_number());
         }
         if (clean != 0) {
             try {
@@ -341,12 +340,12 @@ private:
     // Takes back a run of `pages` to its region, first back on this heap's node when replace() moved it.
     // \returns false, doing nothing, when `p` is in none of this heap's regions.
     bool return_run(void* p, std::size_t pages, bool dirty) noexcept {
-        for (std::size_t k = 0; k < run_shards_; ++k) {
-            if (const std::uint32_t marks = runs_[k].take_moved(p)) {
+        for (std::size_t k = 0; k < runs_.count(); ++k) {
+            if (const std::uint32_t marks = runs_.at(k).take_moved(p)) {
                 if (!restore_moved(p, pages * page_size(), marks)) return true; // kept out of use
                 dirty = false;
             }
-            if (runs_[k].give(p, pages, dirty)) return true;
+            if (runs_.at(k).give(p, pages, dirty)) return true;
         }
         return false;
     }
@@ -429,18 +428,7 @@ private:
     std::size_t shards_;
     std::atomic<span_heap*> spans_[heap_shards_max] = {}; // made on first use (spans_made), never unmade
 
-    template <class F>
-    std::size_t sum_runs(F f) noexcept { // the sum of f over the run heaps
-        return (runs_[0].*f)() + (run_shards_ > 1 ? (runs_[1].*f)() : 0);
-    }
-    // The run heap this thread takes runs from: threads in the order of their first run, in turn.
-    std::size_t own_run_shard() const noexcept {
-        static std::atomic<std::size_t> next{0};
-        static thread_local std::size_t mine = next.fetch_add(1, std::memory_order_relaxed);
-        return mine % run_shards_;
-    }
-    std::size_t run_shards_;
-    run_heap runs_[heap_run_shards_max];
+    detail::run_shards runs_; // (qualified: run_shards() names the count here)
     large_cache large_;
 };
 
