@@ -2083,6 +2083,56 @@ TEST(heap, with_shards_each_thread_takes_from_its_own_and_every_block_goes_back_
                           "10: a list of two shards' blocks went back to one";
 }
 
+// With shards, a span one shard's thread empties is kept resident for every shard: the next span a
+// thread of another shard needs is that one, not a new one (until 2026-11-28 each shard kept its own
+// emptied spans, 128 KiB hot, and gave the rest back: with a shard per thread one thread's emptied span
+// was given back while another's next span faulted in; docs/heap.md, "Empty spans shared by the
+// shards"). The store keeps 256 KiB a shard made, and gives them back with the decay and
+// release_cached_memory().
+TEST(heap, with_shards_a_span_one_shard_empties_is_the_next_span_of_another) {
+    const auto body = [](std::size_t, std::size_t) {
+        if (heap_shards() != 4) return 1;
+        auto& heap = node0_strict_heap();
+        node_allocator<char> a(0);
+        const std::size_t size = 64, cls = detail::heap_class_of(size);
+        const std::size_t span = detail::heap_table.info[cls].span_bytes, per_span = detail::heap_table.info[cls].capacity;
+        const auto span_of = [span](void* p) { return reinterpret_cast<std::uintptr_t>(p) & ~(span - 1); };
+        std::set<std::uintptr_t> emptied; // 16 spans of shard 1's, every block freed
+        const auto empty_spans_of_shard_1 = [&] {
+            return in_shard(1, [&] {
+                std::vector<char*> v(16 * per_span);
+                for (auto& p : v) p = a.allocate(size);
+                for (char* p : v) a.deallocate(p, size);
+                detail::thread_cache::current()->flush_all();
+                for (char* p : v) emptied.insert(span_of(p));
+            });
+        };
+        if (!empty_spans_of_shard_1()) return 2;
+        // shards 0 and 1 made: 512 KiB, 8 of the 12 or more spans emptied (a transfer list and a spare
+        // keep at most 4)
+        if (heap.shards_made() != 2 || heap.shared_span_bytes() != 2 * detail::shared_spans::per_shard) return 3;
+        bool reused = false;
+        if (!in_shard(2, [&] {
+                char* p = a.allocate(size);
+                reused = emptied.count(span_of(p)) == 1 && detail::heap_span_of(p, cls)->shard == 2;
+                a.deallocate(p, size);
+            }))
+            return 4;
+        if (!reused) return 5;
+        if (heap.shared_span_bytes() != 2 * detail::shared_spans::per_shard - span) return 6;
+        for (int pass = 0; pass < 4; ++pass) detail::decay_everything_now(); // idle from the second on
+        if (heap.shared_span_bytes() != 0) return 7;
+        if (!empty_spans_of_shard_1()) return 8;
+        if (heap.shared_span_bytes() == 0) return 9;
+        release_cached_memory();
+        return heap.shared_span_bytes() == 0 ? 0 : 10;
+    };
+    const int code = run_rss_child_with_shards("4", body);
+    EXPECT_EQ(code, 0) << "1: not 4 shards, 2/4/8: no thread of the shard, 3: the store not full at 256 KiB a shard, "
+                          "5: shard 2's next span not one shard 1 emptied, 6: the store not one span less, 7: kept "
+                          "after the decay, 9: nothing kept again, 10: kept after release_cached_memory()";
+}
+
 TEST(heap, many_threads_share_the_cache_budget) {
     const int code = numaplace_test::run_child([] {
         constexpr int threads = 16;

@@ -14,6 +14,8 @@
 #include "../moved_ranges.hpp"
 #include "large_cache.hpp"
 #include "run_shards.hpp"
+#include "sharded.hpp"
+#include "shared_spans.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
 #include "span_heap.hpp"
@@ -49,17 +51,6 @@ inline std::size_t heap_index(int node, heap_source source) noexcept {
     return static_cast<std::size_t>(node) * heap_sources + source.index();
 }
 
-/// Span heaps a node heap may be split into (NUMAPLACE_HEAP_SHARDS, or chosen: see heap_registry).
-constexpr std::size_t heap_shards_max = 16;
-
-/// \returns the flag set once any thread cache takes span blocks from a shard other than 0
-/// (thread_cache), never cleared: until then every span block is shard 0's, and no free reads its span's
-/// shard. A block passed to another thread carries the flag's store with it (the handover's ordering).
-inline std::atomic<bool>& heap_sharded() noexcept {
-    static std::atomic<bool> flag{false}; // constant-initialised
-    return flag;
-}
-
 /// The central heap of one node and source. Its span classes are `shards` span heaps: a thread takes
 /// its blocks from one (thread_cache: threads in turn), a block goes back to its span's, so threads of
 /// different shards share no lock, list or span (faster with many threads freeing each other's blocks,
@@ -73,7 +64,10 @@ public:
         : node_(node), source_(source), huge_align_(topology::get().capabilities().thp == "always"),
           shards_(shards), runs_(huge_align_, run_shards) {
         init_gate();
-        spans_[0].store(new span_heap, std::memory_order_relaxed);
+        shared_.raise_limit(shared_spans::per_shard);
+        auto* first = new span_heap;
+        first->set_shard(0, &shared_);
+        spans_[0].store(first, std::memory_order_relaxed);
     }
     node_heap(const node_heap&) = delete;
     node_heap& operator=(const node_heap&) = delete;
@@ -178,6 +172,7 @@ public:
         gate_pass pass(fork_gate_);
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->release_all();
+        shared_.unmap_all();
         for (std::size_t k = 0; k < runs_.count(); ++k) runs_.at(k).release_all();
         large_.release_all();
     }
@@ -188,6 +183,7 @@ public:
         gate_pass pass(fork_gate_);
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) h->decay_now();
+        shared_.decay_now();
         for (std::size_t k = 0; k < runs_.count(); ++k) runs_.at(k).decay_now();
         large_.decay_now();
     }
@@ -198,6 +194,7 @@ public:
         bool any = false;
         for (std::size_t k = 0; k < shards_; ++k)
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) any = h->relieve() || any;
+        any = shared_.unmap_all() || any; // empty spans: address space given back too
         ::pthread_rwlock_unlock(&fork_gate_);
         return any;
     }
@@ -226,6 +223,8 @@ public:
             if (span_heap* h = spans_[k].load(std::memory_order_acquire)) n += h->parked_bytes();
         return n;
     }
+    /// \returns the bytes of empty spans the shards share now (shared_spans).
+    std::size_t shared_span_bytes() noexcept { return shared_.bytes(); }
     /// \returns the span heaps this heap may be split into (made or not).
     std::size_t shards() const noexcept { return shards_; }
     /// \returns the span heaps made (shard 0's, and each other one a thread cache took from).
@@ -277,9 +276,12 @@ private:
         span_heap* h = spans_[k].load(std::memory_order_acquire);
         if (NUMAPLACE_LIKELY(h != nullptr)) return *h;
         std::unique_ptr<span_heap> made(new span_heap);
-        made->set_shard(static_cast<std::uint8_t>(k));
-        if (spans_[k].compare_exchange_strong(h, made.get(), std::memory_order_acq_rel, std::memory_order_acquire))
-            return *made.release();
+        made->set_shard(static_cast<std::uint8_t>(k), &shared_);
+        if (spans_[k].compare_exchange_strong(h, made.get(), std::memory_order_acq_rel, std::memory_order_acquire)) {
+            span_heap* mine = made.release();
+            shared_.raise_limit(shards_made() * shared_spans::per_shard); // 256 KiB a shard in use
+            return *mine;
+        }
         return *h; // another thread made it first
     }
 
@@ -426,6 +428,7 @@ private:
     bool huge_align_; // THP `always`: large runs of a huge page or more start on one (docs/heap.md)
     pthread_rwlock_t fork_gate_;
     std::size_t shards_;
+    shared_spans shared_; // empty spans any shard reuses while the heap is sharded (before spans_: outlives them)
     std::atomic<span_heap*> spans_[heap_shards_max] = {}; // made on first use (spans_made), never unmade
 
     detail::run_shards runs_; // (qualified: run_shards() names the count here)

@@ -5,13 +5,13 @@
 /// The span allocator of one node heap: blocks of the classes that are not page runs, carved from
 /// spans, which are carved from chunks of their size; emptied spans kept as spares of their class, then
 /// in a cache of empty spans for any class (hot up to a bound, then cold: nothing resident), unmapped by
-/// the decay. Where new memory comes from is the
-/// caller's (node_heap: mapped and bound).
+/// the decay (empty_spans.hpp; while the heaps are sharded, the node heap's shared store first). Where
+/// new memory comes from is the caller's (node_heap: mapped and bound).
 /// Design and measurements: docs/heap.md.
 
 #include "../../memory.hpp"
 #include "../linux.hpp"
-#include "cold_spans.hpp"
+#include "empty_spans.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
 #include "span_chunks.hpp"
@@ -28,13 +28,19 @@ namespace detail {
 /// a second class's mutex (it only tries it).
 class span_heap {
 public:
+    /// Shard 0's, with no shared store (set_shard changes both).
+    span_heap() noexcept { empty_.configure(cache_floor, nullptr); }
+
     /// \effects records `shard` in every span made from now on (see node_heap). Before the first operation.
     /// Shards other than 0 exist only while the heaps are oversubscribed (or forced): their floors (empty
     /// spans kept hot, spares, transfer room) are a quarter of shard 0's, so that a shard per thread does not
     /// multiply what every shard keeps (docs/heap.md, "Shards chosen").
-    void set_shard(std::uint8_t shard) noexcept {
+    /// `shared`: the node heap's store of empty spans (outliving this), where this heap puts the spans it
+    /// empties while the heaps are sharded (heap_sharded_now) and looks before its cold ones.
+    void set_shard(std::uint8_t shard, shared_spans* shared) noexcept {
         shard_ = shard;
         floor_shift_ = shard == 0 ? 0 : 2;
+        empty_.configure(cache_floor >> floor_shift_, shared);
     }
 
     /// \effects hands out up to `want` (>= 1) blocks of class `c` as a list in `head`. When no span of
@@ -185,18 +191,7 @@ public:
             trim_spares(c, true);
         }
         std::unique_lock<std::mutex> lock(span_mutex_, std::try_to_lock);
-        if (!lock.owns_lock()) return;
-        if (cache_touched_) {
-            cache_touched_ = false;
-            return;
-        }
-        cold_.unmap_all();
-        for (std::size_t b = 0; b < heap_span_buckets; ++b)
-            while (heap_span* s = hot_[b]) {
-                hot_[b] = s->next;
-                hot_bytes_ -= s->bytes;
-                cold_.push(b, s, s->bound);
-            }
+        if (lock.owns_lock()) empty_.decay_now();
     }
 
     /// \effects unmaps the cold spans for a refused mapping: waits for the cache's lock unless this thread
@@ -209,9 +204,7 @@ public:
             if (making()) return false;
             lock.lock();
         }
-        if (cold_.empty()) return false;
-        cold_.unmap_all();
-        return true;
+        return empty_.unmap_cold();
     }
 
     /// \effects returns the remote stacks' and transfer lists' blocks to their spans, then unmaps every
@@ -224,14 +217,7 @@ public:
             trim_spares(c, true);
         }
         std::lock_guard<std::mutex> lock(span_mutex_);
-        for (std::size_t b = 0; b < heap_span_buckets; ++b)
-            while (heap_span* s = hot_[b]) {
-                hot_[b] = s->next;
-                cold_.note_unmapped(b);
-                memory::unmap(s, s->bytes);
-            }
-        hot_bytes_ = 0;
-        cold_.unmap_all();
+        empty_.unmap_all();
         chunks_.unmap_rest();
     }
 
@@ -357,32 +343,11 @@ private:
         s->listed = false;
     }
 
-    // The cache of empty spans, by size: up to cache_floor (512 KiB) hot (pages resident), the rest cold
-    // (every page given back, kept by address: cold_spans) until the decay unmaps them.
+    // An emptied span to the cache of empty spans (empty_spans).
     void release(heap_span* s) noexcept {
         std::lock_guard<std::mutex> lock(span_mutex_);
         in_use_ -= s->bytes;
-        cache_touched_ = true;
-        const std::size_t b = heap_span_bucket(s->bytes);
-        if (hot_bytes_ + s->bytes <= (cache_floor >> floor_shift_)) {
-            s->next = hot_[b];
-            hot_[b] = s;
-            hot_bytes_ += s->bytes;
-            return;
-        }
-        cold_.push(b, s, s->bound);
-    }
-    // \returns an empty span of `bytes` from the cache, hot first (`bound` as it was), or nullptr.
-    heap_span* reuse(std::size_t bytes, bool& bound) noexcept {
-        cache_touched_ = true;
-        const std::size_t b = heap_span_bucket(bytes);
-        if (heap_span* s = hot_[b]) {
-            hot_[b] = s->next;
-            hot_bytes_ -= s->bytes;
-            bound = s->bound;
-            return s;
-        }
-        return static_cast<heap_span*>(cold_.pop(b, bound));
+        empty_.put(s);
     }
 
     // \returns an empty span of class c, from the cache (bound as it was), else carved from its size's
@@ -392,18 +357,16 @@ private:
         const heap_class_info& info = heap_table.info[c];
         std::lock_guard<std::mutex> lock(span_mutex_);
         bool bound = false;
-        heap_span* s = reuse(info.span_bytes, bound);
+        heap_span* s = empty_.take(info.span_bytes, bound);
         if (!s) {
             making() = this; // under span_mutex_: relieve skips this heap, tries the others
             struct done_making {
                 ~done_making() { making() = nullptr; }
             } done;
-            s = chunks_.carve(info.span_bytes, info.size, bound, map, [this] { // a mapping failed
-                const bool kept = !cold_.empty();
-                cold_.unmap_all(); // their address space may be what was missing
-                return kept;
+            s = chunks_.carve(info.span_bytes, info.size, bound, map, [this] { // a mapping failed:
+                return empty_.unmap_cold(); // their address space may be what was missing
             });
-            cold_.note_mapped(heap_span_bucket(info.span_bytes)); // room to keep it cold later
+            empty_.note_carved(info.span_bytes);
         }
         s->next = s->prev = nullptr;
         s->free = nullptr;
@@ -434,12 +397,9 @@ private:
     heap_span* partial_[heap_class_count] = {};
     std::uint32_t spares_[heap_class_count] = {}; // spare spans in partial_[c] (under class c's lock)
     std::atomic<std::size_t> spare_bytes_{0};
-    heap_span* hot_[heap_span_buckets] = {};
-    cold_spans cold_;
+    empty_spans empty_; // the cache of empty spans (under span_mutex_)
     span_chunks chunks_;
-    std::size_t hot_bytes_ = 0;
     unsigned floor_shift_ = 0; // the floors above are shifted right by it (set_shard)
-    bool cache_touched_ = false; // a span taken from or given to the cache since the last decay_now
     std::atomic<std::size_t> in_use_{0}; // bytes of spans with blocks out or spare (changed under span_mutex_)
     std::uint8_t shard_ = 0;
 };

@@ -11,6 +11,7 @@
 #include "cache_ownership.hpp"
 #include "cache_slots.hpp"
 #include "registry.hpp"
+#include "sharded.hpp"
 #include "run_marks.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
@@ -55,10 +56,10 @@ public:
         if (NUMAPLACE_UNLIKELY(l.count == 0)) {
             l.shrink = 0; // allocating again: the whole bound
             budget_ = budget_now();
-            if (slot < heap_class_count) reconsider_shard();
+            const std::size_t in_force = slot < heap_class_count ? reconsider_shard() : 1;
             owner_.end(); // the heap may throw, or allocate (a degradation's message)
             heap_block* got = nullptr;
-            const std::size_t n = heap_registry::instance().at(heap).take(slot, info.batch, got, shard_);
+            const std::size_t n = heap_registry::instance().at(heap).take(slot, refill_count(info.batch, in_force), got, shard_);
             owner_.begin_slow(); // a release may have flushed the other lists meanwhile; this one stayed empty
             fill_cache_slot(l, got); // n <= cache_max (span_heap::take: at most 2 batches)
             counted(heap, slot, n * info.size, true);
@@ -210,6 +211,12 @@ private:
         const std::size_t n = caches().load(std::memory_order_relaxed), share = all_budget / (n ? n : 1);
         return share < min_budget ? min_budget : share > max_budget ? max_budget : share;
     }
+    // Blocks a refill asks for: a batch, half of it while `in_force` shards are in force and more than one
+    // (a thread per shard refills every class it uses on its own; with 8 producer threads on 2 CPUs the
+    // full batches kept 1.5-2 MiB more at the peak: docs/heap.md, "Empty spans shared by the shards").
+    static std::size_t refill_count(std::size_t batch, std::size_t in_force) noexcept {
+        return in_force > 1 && batch >= 2 ? batch / 2 : batch;
+    }
     // Of which page runs at most 1 MiB, the largest run, so that a block of any size cycles through the
     // cache (see docs/heap.md).
     static constexpr std::size_t run_budget = heap_max_block;
@@ -333,19 +340,24 @@ private:
     // out of the count in force (caches no longer outnumber the CPUs: back to shard 0), or shared while
     // another shard in force has fewer users (caches came to outnumber the CPUs), moves there. Its
     // blocks stay where they are: each goes back to its own span's shard when freed (node_heap::give).
-    void reconsider_shard() noexcept {
+    // \returns the count in force (forced or chosen), which heap_sharded_now() then says.
+    std::size_t reconsider_shard() noexcept {
         const heap_registry* r = heap_registry::cell().peek(); // made: this cache was made with it
-        if (r == nullptr || r->forced()) return;
+        if (r == nullptr) return 1;
         const std::size_t n = r->shards_for(caches().load(std::memory_order_relaxed));
+        std::atomic<bool>& now = heap_sharded_now();
+        if (now.load(std::memory_order_relaxed) != (n > 1)) now.store(n > 1, std::memory_order_relaxed); // rarely written
+        if (r->forced()) return n;
         std::atomic<std::size_t>* users = shard_users();
-        if (shard_ < n && (n == 1 || users[shard_].load(std::memory_order_relaxed) <= 1)) return;
+        if (shard_ < n && (n == 1 || users[shard_].load(std::memory_order_relaxed) <= 1)) return n;
         const std::size_t best = least_used_of(n);
         if (best == shard_ || (shard_ < n && users[best].load(std::memory_order_relaxed) + 1 >= users[shard_].load(std::memory_order_relaxed)))
-            return; // no shard in force is less used than this one
+            return n; // no shard in force is less used than this one
         users[best].fetch_add(1, std::memory_order_relaxed);
         users[shard_].fetch_sub(1, std::memory_order_relaxed);
         if (best != 0) heap_sharded().store(true, std::memory_order_relaxed);
         shard_ = best;
+        return n;
     }
 
     // The decay without a background thread (docs/heap.md): every decay_ticks allocations a thread looks
