@@ -115,6 +115,8 @@ TEST(heap_chosen_shards, one_shard_while_caches_fit_the_cpus_a_shard_a_cache_bey
         const std::size_t batch = detail::heap_table.info[detail::heap_class_of(size)].cache_max;
         // while oversubscribed every thread keeps its own shard through its refills
         if (a.allocate(2 * batch) != 0 || b->allocate(2 * batch) != 1 || c->allocate(2 * batch) != 2) return 6;
+        // and the heaps say so to the span heaps and refills (the shared store of empty spans, half batches)
+        if (!detail::heap_sharded_now().load()) return 10;
         // a and c end: 1 cache on 1 CPU, one shard in force; b's next refill comes from shard 0, its
         // earlier blocks stay in shard 1's spans (b frees them at its end, into their own shard)
         a.stop();
@@ -122,6 +124,8 @@ TEST(heap_chosen_shards, one_shard_while_caches_fit_the_cpus_a_shard_a_cache_bey
         r = heap_sharding();
         if (r.shards != 1 || r.thread_caches != 1 || r.reason.find("one shard") == std::string::npos) return 7;
         if (b->allocate(2 * batch) != 0) return 8;
+        if (detail::heap_sharded_now().load()) return 11; // back, where heap_sharded() stays set
+        if (!detail::heap_sharded().load()) return 12;
         // a new thread while b lives: 2 caches again, the least used shard in force (1: b is on 0 now)
         worker d;
         if (d.cache_shard() != 1) return 9;
@@ -129,7 +133,8 @@ TEST(heap_chosen_shards, one_shard_while_caches_fit_the_cpus_a_shard_a_cache_bey
     });
     EXPECT_EQ(code, 0) << "1: the report before any cache, 2: one cache not on shard 0, 3/5: a cache beyond the CPUs "
                           "not on a shard of its own, 4: the report while oversubscribed, 6: a refill left its shard, "
-                          "7: not back to one shard, 8: the refill after not from shard 0, 9: the new thread's shard";
+                          "7: not back to one shard, 8: the refill after not from shard 0, 9: the new thread's shard, "
+                          "10: not sharded now while oversubscribed, 11: still sharded now after, 12: the sticky flag cleared";
 }
 
 TEST(heap_chosen_shards, a_forced_count_is_kept_whatever_the_threads) {

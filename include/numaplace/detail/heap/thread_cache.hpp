@@ -11,8 +11,8 @@
 #include "cache_ownership.hpp"
 #include "cache_slots.hpp"
 #include "registry.hpp"
-#include "sharded.hpp"
 #include "run_marks.hpp"
+#include "sharded.hpp"
 #include "size_classes.hpp"
 #include "span.hpp"
 
