@@ -1789,6 +1789,21 @@ TEST(heap, a_region_refused_for_address_space_first_unmaps_the_cold_spans) {
     EXPECT_EQ(code, 0) << "2: the cold spans were not unmapped";
 }
 
+// Makes `request` with memory::try_map's reliefs taken away. \returns true when it was refused with
+// ENOMEM (a limit the test set is real: the test can fail).
+static bool refused_without_reliefs(const std::function<void()>& request) {
+    detail::address_space_relief_fn kept[detail::relief_slots];
+    for (std::size_t i = 0; i < detail::relief_slots; ++i) kept[i] = detail::address_space_reliefs[i].exchange(nullptr);
+    bool refused = false;
+    try {
+        request();
+    } catch (const placement_error& e) {
+        refused = e.error_number() == ENOMEM;
+    }
+    for (std::size_t i = 0; i < detail::relief_slots; ++i) detail::address_space_reliefs[i].store(kept[i]);
+    return refused;
+}
+
 // Address space kept for reuse is given back to any mapping the kernel refuses for it, not only to the
 // heap that keeps it (memory::try_map's reliefs): 160 MiB of spans emptied (cold: mapped, nothing
 // resident), the address space limited to what is in use plus 32 MiB, a 64 MiB interleaved block (an
@@ -1807,21 +1822,8 @@ TEST(heap, a_mapping_refused_for_address_space_is_given_what_the_heaps_and_the_c
         g_unmaps.clear();
         g_unmaps.reserve(100000); // no allocation in the observer
         detail::placed_cache::instance(); // made (and subscribed) before refused_alone takes the reliefs
-        // the request without the reliefs: \returns true when refused with ENOMEM
-        const auto refused_alone = [](const std::function<void()>& request) {
-            detail::address_space_relief_fn kept[detail::relief_slots];
-            for (std::size_t i = 0; i < detail::relief_slots; ++i) kept[i] = detail::address_space_reliefs[i].exchange(nullptr);
-            bool refused = false;
-            try {
-                request();
-            } catch (const placement_error& e) {
-                refused = e.error_number() == ENOMEM;
-            }
-            for (std::size_t i = 0; i < detail::relief_slots; ++i) detail::address_space_reliefs[i].store(kept[i]);
-            return refused;
-        };
         if (!limit_address_space(32 * mib)) return 1;
-        if (!refused_alone([&] { ia.deallocate(ia.allocate(own), own); })) return 2;
+        if (!refused_without_reliefs([&] { ia.deallocate(ia.allocate(own), own); })) return 2;
         g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
         char* p = ia.allocate(own);
         detail::unmap_observer.store(g_previous_observer);
@@ -1838,7 +1840,7 @@ TEST(heap, a_mapping_refused_for_address_space_is_given_what_the_heaps_and_the_c
             if (memory::try_map(bytes, page, none) != ENOMEM || none || detail::placed_cache::instance().cached_bytes() != own)
                 return 9;
         if (!limit_address_space(16 * mib)) return 8;
-        if (!refused_alone([&] { a.deallocate(a.allocate(large), large); })) return 5;
+        if (!refused_without_reliefs([&] { a.deallocate(a.allocate(large), large); })) return 5;
         if (detail::placed_cache::instance().cached_bytes() != own) return 6; // nothing given back alone
         g_unmaps.clear();
         g_previous_observer = detail::unmap_observer.exchange(&record_unmap);
@@ -2087,8 +2089,8 @@ TEST(heap, with_shards_each_thread_takes_from_its_own_and_every_block_goes_back_
 // thread of another shard needs is that one, not a new one (until 2026-11-28 each shard kept its own
 // emptied spans, 128 KiB hot, and gave the rest back: with a shard per thread one thread's emptied span
 // was given back while another's next span faulted in; docs/heap.md, "Empty spans shared by the
-// shards"). The store keeps 256 KiB a shard made, and gives them back with the decay and
-// release_cached_memory().
+// shards"). The store keeps 256 KiB a shard made, and gives them back with the decay,
+// release_cached_memory() and to a mapping refused for address space.
 TEST(heap, with_shards_a_span_one_shard_empties_is_the_next_span_of_another) {
     const auto body = [](std::size_t, std::size_t) {
         if (heap_shards() != 4) return 1;
@@ -2125,12 +2127,28 @@ TEST(heap, with_shards_a_span_one_shard_empties_is_the_next_span_of_another) {
         if (!empty_spans_of_shard_1()) return 8;
         if (heap.shared_span_bytes() == 0) return 9;
         release_cached_memory();
-        return heap.shared_span_bytes() == 0 ? 0 : 10;
+        if (heap.shared_span_bytes() != 0) return 10;
+        if (sanitized) return 0; // sanitizers reserve terabytes of shadow address space: no RLIMIT_AS
+        // a mapping refused for address space (`ulimit -v`) gets the store's spans: an interleaved block
+        // (an own mapping, no heap's) of 512 KiB with 128 KiB of room left
+        if (!empty_spans_of_shard_1() || heap.shared_span_bytes() == 0) return 11;
+        if (!limit_address_space(128 << 10)) return 12;
+        interleaved_allocator<char> ia;
+        const std::size_t own = 512 << 10;
+        if (!refused_without_reliefs([&] { ia.deallocate(ia.allocate(own), own); })) return 13;
+        if (heap.shared_span_bytes() == 0) return 14; // nothing given back without the reliefs
+        try {
+            ia.deallocate(ia.allocate(own), own);
+        } catch (const placement_error&) {
+            return 16;
+        }
+        return heap.shared_span_bytes() == 0 ? 0 : 15;
     };
     const int code = run_rss_child_with_shards("4", body);
     EXPECT_EQ(code, 0) << "1: not 4 shards, 2/4/8: no thread of the shard, 3: the store not full at 256 KiB a shard, "
                           "5: shard 2's next span not one shard 1 emptied, 6: the store not one span less, 7: kept "
-                          "after the decay, 9: nothing kept again, 10: kept after release_cached_memory()";
+                          "after the decay, 9/11: nothing kept again, 10: kept after release_cached_memory(), "
+                          "12: no limit set, 13: not refused without the reliefs, 15: the store kept for the refused mapping, 16: refused with it";
 }
 
 TEST(heap, many_threads_share_the_cache_budget) {

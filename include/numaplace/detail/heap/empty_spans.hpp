@@ -38,10 +38,8 @@ public:
                 cold_.note_unmapped(b); // no longer this heap's: its mapped count is the taker's
                 return;
             }
-        } else if (hot_bytes_ + s->bytes <= hot_limit_) {
-            s->next = hot_[b];
-            hot_[b] = s;
-            hot_bytes_ += s->bytes;
+        } else if (hot_.bytes + s->bytes <= hot_limit_) {
+            hot_.push(s);
             return;
         }
         cold_.push(b, s, s->bound);
@@ -52,9 +50,7 @@ public:
     heap_span* take(std::size_t bytes, bool& bound) noexcept {
         touched_ = true;
         const std::size_t b = heap_span_bucket(bytes);
-        if (heap_span* s = hot_[b]) {
-            hot_[b] = s->next;
-            hot_bytes_ -= s->bytes;
+        if (heap_span* s = hot_.pop(b)) {
             bound = s->bound;
             return s;
         }
@@ -79,11 +75,7 @@ public:
         }
         cold_.unmap_all();
         for (std::size_t b = 0; b < heap_span_buckets; ++b)
-            while (heap_span* s = hot_[b]) {
-                hot_[b] = s->next;
-                hot_bytes_ -= s->bytes;
-                cold_.push(b, s, s->bound);
-            }
+            while (heap_span* s = hot_.pop(b)) cold_.push(b, s, s->bound);
     }
 
     /// \effects unmaps the cold spans (address space given back). \returns whether any were kept.
@@ -96,19 +88,16 @@ public:
     /// \effects unmaps every span kept here, hot and cold (the shared store is the node heap's).
     void unmap_all() noexcept {
         for (std::size_t b = 0; b < heap_span_buckets; ++b)
-            while (heap_span* s = hot_[b]) {
-                hot_[b] = s->next;
+            while (heap_span* s = hot_.pop(b)) {
                 cold_.note_unmapped(b);
                 memory::unmap(s, s->bytes);
             }
-        hot_bytes_ = 0;
         cold_.unmap_all();
     }
 
 private:
-    heap_span* hot_[heap_span_buckets] = {};
+    span_lists hot_; // pages resident, up to hot_limit_ bytes
     cold_spans cold_;
-    std::size_t hot_bytes_ = 0;
     std::size_t hot_limit_ = 0;
     shared_spans* shared_ = nullptr;
     bool touched_ = false; // a span put or taken since the last decay_now

@@ -224,7 +224,10 @@ public:
         return n;
     }
     /// \returns the bytes of empty spans the shards share now (shared_spans).
-    std::size_t shared_span_bytes() noexcept { return shared_.bytes(); }
+    std::size_t shared_span_bytes() noexcept {
+        gate_pass pass(fork_gate_); // its mutex: no fork while it is held
+        return shared_.bytes();
+    }
     /// \returns the span heaps this heap may be split into (made or not).
     std::size_t shards() const noexcept { return shards_; }
     /// \returns the span heaps made (shard 0's, and each other one a thread cache took from).

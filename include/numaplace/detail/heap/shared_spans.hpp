@@ -39,11 +39,8 @@ public:
     bool put(heap_span* s) noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
         touched_ = true;
-        if (bytes_ + s->bytes > limit_) return false;
-        const std::size_t b = heap_span_bucket(s->bytes);
-        s->next = spans_[b];
-        spans_[b] = s;
-        bytes_ += s->bytes;
+        if (spans_.bytes + s->bytes > limit_) return false;
+        spans_.push(s);
         return true;
     }
 
@@ -51,13 +48,7 @@ public:
     heap_span* take(std::size_t bytes) noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
         touched_ = true;
-        const std::size_t b = heap_span_bucket(bytes);
-        heap_span* s = spans_[b];
-        if (s) {
-            spans_[b] = s->next;
-            bytes_ -= s->bytes;
-        }
-        return s;
+        return spans_.pop(heap_span_bucket(bytes));
     }
 
     /// \effects the decay: unmaps every kept span when none was put or taken since the previous call.
@@ -80,24 +71,19 @@ public:
     /// \returns the bytes of the spans kept now.
     std::size_t bytes() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
-        return bytes_;
+        return spans_.bytes;
     }
 
 private:
     bool unmap_locked() noexcept {
-        const bool any = bytes_ != 0;
-        for (heap_span*& head : spans_)
-            while (heap_span* s = head) {
-                head = s->next;
-                memory::unmap(s, s->bytes);
-            }
-        bytes_ = 0;
+        const bool any = spans_.bytes != 0;
+        for (std::size_t b = 0; b < heap_span_buckets; ++b)
+            while (heap_span* s = spans_.pop(b)) memory::unmap(s, s->bytes);
         return any;
     }
 
     std::mutex mutex_;
-    heap_span* spans_[heap_span_buckets] = {};
-    std::size_t bytes_ = 0;
+    span_lists spans_;
     std::size_t limit_ = 0;
     bool touched_ = false; // a span put or taken since the last decay_now
 };

@@ -5,7 +5,7 @@
 /// The layout of a span: a range of a power-of-two size, aligned to that size (carved from a chunk below
 /// heap_span_chunk_bytes, else a mapping of its own), holding blocks of one class after a header at its
 /// start, so a block's span is its address masked. Also the free-block
-/// link that spans, page runs and thread caches share.
+/// link that spans, page runs and thread caches share, and the per-size lists of empty spans.
 
 #include "size_classes.hpp"
 
@@ -49,6 +49,31 @@ inline std::size_t heap_span_bucket(std::size_t bytes) noexcept {
 }
 /// \returns the bytes of a span of bucket `b`.
 constexpr std::size_t heap_span_bytes_of_bucket(std::size_t b) noexcept { return std::size_t(64) << 10 << b; }
+
+/// Empty spans with their headers resident, linked through them by size (a bucket per span size), and
+/// their bytes: a span heap's hot spans (empty_spans) and the shards' shared store (shared_spans). Not
+/// thread-safe: its owner's lock guards it.
+struct span_lists {
+    heap_span* head[heap_span_buckets] = {};
+    std::size_t bytes = 0;
+
+    /// \effects links the empty span `s` first in its size's list.
+    void push(heap_span* s) noexcept {
+        heap_span*& h = head[heap_span_bucket(s->bytes)];
+        s->next = h;
+        h = s;
+        bytes += s->bytes;
+    }
+    /// \returns the span of `bucket` linked last, unlinked; nullptr when none.
+    heap_span* pop(std::size_t bucket) noexcept {
+        heap_span* s = head[bucket];
+        if (s) {
+            head[bucket] = s->next;
+            bytes -= s->bytes;
+        }
+        return s;
+    }
+};
 
 /// \returns the span holding `block`, a block of class `c`.
 inline heap_span* heap_span_of(void* block, std::size_t c) noexcept {
