@@ -28,9 +28,14 @@
 // numaplace::release_cached_memory() where that function exists, for the numaplace family; else = the
 // previous), live_peak_mib (producer/consumer only: the most bytes the program held at once, sampled by
 // each producer every 256 blocks; peak_rss_mib minus it is what the allocator kept beyond the program's
-// needs), plus ops, items_per_second, scale. Run one allocator per process (run_workloads.sh): an
+// needs), pairs_co_located (producer/consumer only: the share of a consumer's samples, every 256
+// blocks, that found it on the CPU its producer last reported: where the scheduler put each pair, which
+// decides the cross-CPU traffic of every block in this VM's slow phase: docs/heap.md, "Where the pairs
+// run"), plus ops, items_per_second, scale. Run one allocator per process (run_workloads.sh): an
 // allocator that keeps what an earlier workload freed would otherwise start the next one warm.
 // Flags: --quick (scale 0.1); the environment variable WORKLOADS_SCALE wins over it.
+// WORKLOADS_PIN_PAIRS=together|apart (producer/consumer only): each pair's two threads pinned to one CPU
+// (pair k on the k-th allowed CPU, in turn), or to two neighbouring ones; unset: the scheduler places them.
 #include <numaplace/numaplace.hpp>
 
 #include "numa_aware_allocators.hpp"
@@ -48,6 +53,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -116,6 +122,8 @@ struct numaplace_family {
 // --- Scale -----------------------------------------------------------------------------------------
 double g_scale = 1.0;
 double g_decay_ms = 0.0;
+enum class pair_pinning { none, together, apart };
+pair_pinning g_pin_pairs = pair_pinning::none;
 
 // `n` scaled, at least `lo`.
 std::size_t scaled(std::size_t n, double s, std::size_t lo = 1) {
@@ -263,7 +271,24 @@ struct spsc_ring {
     alignas(64) void* slot[capacity];
     alignas(64) std::atomic<std::size_t> made{0};  // bytes allocated by the producer (its stores only)
     alignas(64) std::atomic<std::size_t> freed{0}; // bytes freed by the consumer (its stores only)
+    alignas(64) std::atomic<int> producer_cpu{-1}; // the producer's CPU at its latest sample
 };
+// Pins the calling thread, thread `t` of the producer/consumer workloads (even: producers, t + 1 its
+// consumer), as WORKLOADS_PIN_PAIRS says. \returns false if the pinning was asked for and refused.
+bool pin_pair_thread(int t) {
+    if (g_pin_pairs == pair_pinning::none) return true;
+    cpu_set_t mine;
+    CPU_ZERO(&mine);
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return false;
+    std::vector<int> cpus;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+        if (CPU_ISSET(c, &mine)) cpus.push_back(c);
+    const std::size_t pair = static_cast<std::size_t>(t / 2), side = g_pin_pairs == pair_pinning::apart ? static_cast<std::size_t>(t % 2) : 0;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpus[(pair + side) % cpus.size()], &one);
+    return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
+}
 inline void backoff(unsigned& spins) {
     if (++spins < 32) {
         NUMAPLACE_WL_PAUSE();
@@ -288,10 +313,15 @@ struct producer_consumer {
         }
     }
     double live_peak_mib() const { return static_cast<double>(live_peak.load()) / (1024.0 * 1024.0); }
+    std::atomic<std::size_t> samples{0}, co_located{0}; // consumers' samples; of them, on the producer's CPU
+    double pairs_co_located() const {
+        return samples.load() ? static_cast<double>(co_located.load()) / static_cast<double>(samples.load()) : -1;
+    }
     double run() {
         const std::size_t per = blocks / Pairs;
-        std::atomic<std::uint64_t> bad{0};
+        std::atomic<std::uint64_t> bad{0}, unpinned{0};
         run_threads(2 * Pairs, [&](int t) {
+            if (!pin_pair_thread(t)) ++unpinned;
             spsc_ring& q = *rings[static_cast<std::size_t>(t / 2)];
             auto a = F::template make<char>();
             unsigned spins = 0;
@@ -307,11 +337,15 @@ struct producer_consumer {
                     q.slot[tail % spsc_ring::capacity] = p;
                     q.tail.store(++tail, std::memory_order_release);
                     q.made.store(q.made.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
-                    if ((i & 255) == 0) sample_live();
+                    if ((i & 255) == 0) {
+                        sample_live();
+                        q.producer_cpu.store(::sched_getcpu(), std::memory_order_relaxed);
+                    }
                 }
             } else { // consumer
                 std::size_t head = 0;
                 std::uint64_t wrong = 0;
+                std::size_t seen = 0, same = 0;
                 for (std::size_t i = 0; i < per; ++i) {
                     while (q.tail.load(std::memory_order_acquire) == head) backoff(spins);
                     char* p = static_cast<char*>(q.slot[head % spsc_ring::capacity]);
@@ -321,11 +355,21 @@ struct producer_consumer {
                     wrong += p[n - 1] != static_cast<char>(n);
                     a.deallocate(p, n);
                     q.freed.store(q.freed.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+                    if ((i & 255) == 0) {
+                        const int producer = q.producer_cpu.load(std::memory_order_relaxed);
+                        if (producer >= 0) {
+                            ++seen;
+                            same += producer == ::sched_getcpu();
+                        }
+                    }
                 }
                 bad += wrong;
+                samples += seen;
+                co_located += same;
             }
         });
         if (bad.load()) std::fprintf(stderr, "producer_consumer: %llu corrupted blocks\n", static_cast<unsigned long long>(bad.load()));
+        if (unpinned.load()) throw std::runtime_error("WORKLOADS_PIN_PAIRS: a thread could not be pinned");
         return static_cast<double>(per * Pairs);
     }
 };
@@ -480,6 +524,11 @@ template <class W>
 auto live_peak_of(const W& w, int) -> decltype(w.live_peak_mib()) { return w.live_peak_mib(); }
 template <class W>
 double live_peak_of(const W&, long) { return -1; }
+// The share of samples that found a pair on one CPU, where a workload counts it; else -1.
+template <class W>
+auto co_located_of(const W& w, int) -> decltype(w.pairs_co_located()) { return w.pairs_co_located(); }
+template <class W>
+double co_located_of(const W&, long) { return -1; }
 
 template <class W, class F>
 void BM_Workload(benchmark::State& state) {
@@ -496,7 +545,7 @@ void BM_Workload(benchmark::State& state) {
     constexpr std::size_t probe_size[2] = {64, 64 << 10};
     char* probe[2] = {probe_alloc.allocate(probe_size[0]), probe_alloc.allocate(probe_size[1])};
     for (int k = 0; k < 2; ++k) std::memset(probe[k], 1, probe_size[k]);
-    double peak = 0, fin = 0, decayed = 0, released = 0, ops = 0, start = 0, live = -1;
+    double peak = 0, fin = 0, decayed = 0, released = 0, ops = 0, start = 0, live = -1, together = -1;
     std::string failed;
     const double trip_before = line_round_trip_ns();
     bool hwm_ok = true;
@@ -510,11 +559,14 @@ void BM_Workload(benchmark::State& state) {
             ops = w.run();
         } catch (const std::bad_alloc&) { // libnuma: a mapping per block, past vm.max_map_count
             failed = "cannot run: an allocation failed (std::bad_alloc)";
+        } catch (const std::runtime_error& e) { // a setting the run cannot honour
+            failed = e.what();
         }
         const auto t1 = std::chrono::steady_clock::now();
         state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
         peak = std::max(peak, hwm_mib() - start);
         live = std::max(live, live_peak_of(w, 0));
+        together = co_located_of(w, 0);
         fin = rss_mib() - start;
         decayed = fin;
         if (g_decay_ms > 0) {
@@ -540,6 +592,7 @@ void BM_Workload(benchmark::State& state) {
     state.counters["start_rss_mib"] = start;
     state.counters["peak_rss_mib"] = peak;
     if (live >= 0) state.counters["live_peak_mib"] = live;
+    if (together >= 0) state.counters["pairs_co_located"] = together;
     state.counters["final_rss_mib"] = fin;
     if (g_decay_ms > 0) state.counters["decayed_rss_mib"] = decayed;
     state.counters["released_rss_mib"] = released;
@@ -606,6 +659,14 @@ int main(int argc, char** argv) {
     if (const char* s = std::getenv("WORKLOADS_SCALE")) g_scale = std::atof(s);
     if (!(g_scale > 0)) g_scale = 1.0;
     if (const char* d = std::getenv("WORKLOADS_DECAY_MS")) g_decay_ms = std::atof(d);
+    if (const char* p = std::getenv("WORKLOADS_PIN_PAIRS")) {
+        if (std::strcmp(p, "together") == 0) g_pin_pairs = pair_pinning::together;
+        else if (std::strcmp(p, "apart") == 0) g_pin_pairs = pair_pinning::apart;
+        else {
+            std::fprintf(stderr, "WORKLOADS_PIN_PAIRS: together or apart, not '%s'\n", p);
+            return 2;
+        }
+    }
     int n = static_cast<int>(args.size());
     args.push_back(nullptr);
 

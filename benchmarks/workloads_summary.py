@@ -14,7 +14,10 @@ A NUMA-aware run past the script's time limit counts as slower than its limit; o
 (libnuma past the mapping limit) is left out of the best and named.
 Each round's `line_round_trip_ns` (a cache line between two pinned threads, before and after the
 workload, the slower) tells the VM's phase: rounds above SLOW_NS ran while the host had placed the two
-virtual CPUs apart (docs/heap.md); the tables count them per allocator.
+virtual CPUs apart (docs/heap.md); the tables count them per allocator. For the oversubscribed workloads
+the glibc target holds in each phase that both ran in (issue 33: "in both of this VM's phases"), and the
+producer/consumer workloads show `pairs_co_located` (the share of samples that found a pair's two threads
+on one CPU: where the scheduler put them, docs/heap.md "Where the pairs run").
 Usage: workloads_summary.py OUT_DIR
 """
 import glob
@@ -86,6 +89,7 @@ def load(out):
                 "released": released if released is not None else float("nan"),
                 "measured_after": decayed is not None or released is not None,
                 "slow": b.get("line_round_trip_ns", 0.0) > SLOW_NS,
+                "co": b.get("pairs_co_located", float("nan")),
                 "round": rnd,
             })
     return runs, warnings, scales, failed
@@ -117,17 +121,19 @@ def main(argv):
         med_of = {}
         print("%s   (medians over rounds; RSS in MiB above the start: at the peak, after freeing, after the "
               "decay with no call, after release_cached_memory)" % w)
-        print("  %-10s %9s %9s %9s %9s %9s %7s %5s" % ("allocator", "time s", "peak", "final", "decayed", "released", "rounds", "slow"))
+        print("  %-10s %9s %9s %9s %9s %9s %7s %5s %7s" % ("allocator", "time s", "peak", "final", "decayed", "released", "rounds", "slow",
+                                                         "co-loc"))
         for a in ALLOCATORS:
             v = runs.get((w, a))
             for rnd, (kind, what) in sorted(failed.get((w, a), {}).items()):
                 print("  %-10s round %d: %s" % (a, rnd, "timed out after %g s" % what if kind == "timeout" else what))
             if not v:
                 continue
-            med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after", "decayed", "released")}
+            med_of[a] = {k: med(v, k) for k in ("time", "peak", "final", "after", "decayed", "released", "co")}
             cells = ["%9s" % "-" if med_of[a][k] != med_of[a][k] else "%9.1f" % med_of[a][k] for k in ("decayed", "released")]
-            print("  %-10s %9.3f %9.1f %9.1f %s %s %7d %5d" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], cells[0], cells[1],
-                                                          len(v), sum(1 for x in v if x["slow"])))
+            co = "%7s" % "-" if med_of[a]["co"] != med_of[a]["co"] else "%7.2f" % med_of[a]["co"]
+            print("  %-10s %9.3f %9.1f %9.1f %s %s %7d %5d %s" % (a, med_of[a]["time"], med_of[a]["peak"], med_of[a]["final"], cells[0], cells[1],
+                                                             len(v), sum(1 for x in v if x["slow"]), co))
         np, gl = med_of.get("numaplace"), med_of.get("glibc")
         peers = [(med_of[p]["time"], p) for p in PEERS if p in med_of]
         if not np or not gl:
@@ -148,8 +154,20 @@ def main(argv):
                 limits = [what for kind, what in failed.get((w, a), {}).values() if kind == "timeout"]
                 if limits:
                     aware.append((min(limits), a, "> "))
+        glibc_ok, glibc_txt = vs_glibc >= 0.8, "%.2fx" % vs_glibc
+        if w in OVERSUBSCRIBED:  # in each phase both ran in
+            phases = []
+            for slow, name in ((False, "fast"), (True, "slow")):
+                mine = [x["time"] for x in runs[(w, "numaplace")] if x["slow"] == slow]
+                theirs = [x["time"] for x in runs[(w, "glibc")] if x["slow"] == slow]
+                if mine and theirs:
+                    r = ratio(statistics.median(theirs), statistics.median(mine))
+                    glibc_ok = glibc_ok and r >= 0.8
+                    phases.append("%s %.2fx, %d/%d rounds" % (name, r, len(mine), len(theirs)))
+            if phases:
+                glibc_txt += " (%s)" % "; ".join(phases)
         targets = [
-            ("speed >= 0.8x glibc", vs_glibc >= 0.8, "%.2fx" % vs_glibc),
+            ("speed >= 0.8x glibc", glibc_ok, glibc_txt),
         ]
         if aware:
             aw_t, aw, aw_mark = min(aware)
