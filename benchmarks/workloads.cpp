@@ -273,21 +273,35 @@ struct spsc_ring {
     alignas(64) std::atomic<std::size_t> freed{0}; // bytes freed by the consumer (its stores only)
     alignas(64) std::atomic<int> producer_cpu{-1}; // the producer's CPU at its latest sample
 };
-// Pins the calling thread, thread `t` of the producer/consumer workloads (even: producers, t + 1 its
-// consumer), as WORKLOADS_PIN_PAIRS says. \returns false if the pinning was asked for and refused.
-bool pin_pair_thread(int t) {
-    if (g_pin_pairs == pair_pinning::none) return true;
+// \returns the CPUs the calling thread may run on, in order (empty if the kernel refuses to say).
+std::vector<int> allowed_cpus() {
     cpu_set_t mine;
     CPU_ZERO(&mine);
-    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return false;
     std::vector<int> cpus;
+    if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return cpus;
     for (int c = 0; c < CPU_SETSIZE; ++c)
         if (CPU_ISSET(c, &mine)) cpus.push_back(c);
-    const std::size_t pair = static_cast<std::size_t>(t / 2), side = g_pin_pairs == pair_pinning::apart ? static_cast<std::size_t>(t % 2) : 0;
+    return cpus;
+}
+// \returns whether the calling thread is now pinned to CPU `cpu` alone.
+bool pin_this_thread(int cpu) {
     cpu_set_t one;
     CPU_ZERO(&one);
-    CPU_SET(cpus[(pair + side) % cpus.size()], &one);
+    CPU_SET(cpu, &one);
     return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
+}
+// A benchmark setting the run cannot honour (the run then fails by name; other errors are not caught).
+struct setting_refused : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+// Pins the calling thread, thread `t` of the producer/consumer workloads (even: producers, t + 1 its
+// consumer), as WORKLOADS_PIN_PAIRS says, among `cpus` (allowed_cpus() before the threads started).
+// \returns false if the pinning was asked for and refused (`apart` needs two CPUs).
+bool pin_pair_thread(int t, const std::vector<int>& cpus) {
+    if (g_pin_pairs == pair_pinning::none) return true;
+    if (cpus.empty() || (g_pin_pairs == pair_pinning::apart && cpus.size() < 2)) return false;
+    const std::size_t pair = static_cast<std::size_t>(t / 2), side = g_pin_pairs == pair_pinning::apart ? static_cast<std::size_t>(t % 2) : 0;
+    return pin_this_thread(cpus[(pair + side) % cpus.size()]);
 }
 inline void backoff(unsigned& spins) {
     if (++spins < 32) {
@@ -320,8 +334,9 @@ struct producer_consumer {
     double run() {
         const std::size_t per = blocks / Pairs;
         std::atomic<std::uint64_t> bad{0}, unpinned{0};
+        const std::vector<int> cpus = g_pin_pairs == pair_pinning::none ? std::vector<int>() : allowed_cpus();
         run_threads(2 * Pairs, [&](int t) {
-            if (!pin_pair_thread(t)) ++unpinned;
+            if (!pin_pair_thread(t, cpus)) ++unpinned;
             spsc_ring& q = *rings[static_cast<std::size_t>(t / 2)];
             auto a = F::template make<char>();
             unsigned spins = 0;
@@ -369,7 +384,9 @@ struct producer_consumer {
             }
         });
         if (bad.load()) std::fprintf(stderr, "producer_consumer: %llu corrupted blocks\n", static_cast<unsigned long long>(bad.load()));
-        if (unpinned.load()) throw std::runtime_error("WORKLOADS_PIN_PAIRS: a thread could not be pinned");
+        if (unpinned.load())
+            throw setting_refused("WORKLOADS_PIN_PAIRS: " + std::to_string(unpinned.load()) + " threads could not be pinned (" +
+                                  std::to_string(cpus.size()) + " CPUs allowed; apart needs 2)");
         return static_cast<double>(per * Pairs);
     }
 };
@@ -474,19 +491,13 @@ struct larson {
 // is 80-95 ns in one phase and 390-420 ns in another (the host places the virtual CPUs apart), and every
 // cross-thread workload slows with it (docs/heap.md): the counter says which phase a round ran in.
 double line_round_trip_ns() {
-    cpu_set_t mine;
+    cpu_set_t mine; // restored at the end, for the workload's threads
     CPU_ZERO(&mine);
     if (::sched_getaffinity(0, sizeof mine, &mine) != 0) return 0;
-    int cpu[2] = {-1, -1};
-    for (int c = 0, k = 0; c < CPU_SETSIZE && k < 2; ++c)
-        if (CPU_ISSET(c, &mine)) cpu[k++] = c;
-    if (cpu[1] < 0) return 0;
-    const auto pin = [](int c) {
-        cpu_set_t one;
-        CPU_ZERO(&one);
-        CPU_SET(c, &one);
-        return ::pthread_setaffinity_np(::pthread_self(), sizeof one, &one) == 0;
-    };
+    const std::vector<int> cpus = allowed_cpus();
+    if (cpus.size() < 2) return 0;
+    const int cpu[2] = {cpus[0], cpus[1]};
+    const auto pin = pin_this_thread;
     constexpr int trips = 20000;
     alignas(64) std::atomic<int> line{0};
     std::atomic<bool> ready{false}, pinned{true};
@@ -559,7 +570,7 @@ void BM_Workload(benchmark::State& state) {
             ops = w.run();
         } catch (const std::bad_alloc&) { // libnuma: a mapping per block, past vm.max_map_count
             failed = "cannot run: an allocation failed (std::bad_alloc)";
-        } catch (const std::runtime_error& e) { // a setting the run cannot honour
+        } catch (const setting_refused& e) {
             failed = e.what();
         }
         const auto t1 = std::chrono::steady_clock::now();
