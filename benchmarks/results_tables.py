@@ -75,11 +75,8 @@ def workloads(directory):
            "|---|---|---|---|---|---|---|---|---|---|"]
     files = 0
     for w in names:
-        m = {}
-        for a in set(a for ww, a in runs if ww == w):
-            v = runs[(w, a)]
-            files += len(v)
-            m[a] = {k: workloads_summary.med(v, k) for k in ("time", "peak", "final", "decayed", "released")}
+        m = workloads_summary.medians(runs, w)
+        files += sum(len(v) for (ww, _), v in runs.items() if ww == w)
         if "numaplace" not in m or "glibc" not in m:
             continue
         np_, gl = m["numaplace"], m["glibc"]

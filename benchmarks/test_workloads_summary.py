@@ -42,9 +42,7 @@ class Rounds:
 
     def judge(self, workload):
         runs, warnings, _, failed = ws.load(self.dir)
-        med_of = {a: {k: ws.med(v, k) for k in ("time", "peak", "final", "after", "decayed", "released", "co")}
-                  for (w, a), v in runs.items() if w == workload}
-        return ws.judge(workload, runs, failed, med_of), warnings
+        return ws.judge(workload, runs, failed, ws.medians(runs, workload)), warnings
 
     def close(self):
         shutil.rmtree(self.dir)
@@ -86,6 +84,36 @@ class Judge(unittest.TestCase):
         self.assertAlmostEqual(j["vs_glibc"], 125 / 390)  # the medians mix the phases: shown, not judged
         self.assertTrue(ok)
         self.assertEqual(detail, "0.32x (fast 1.25x, 1/2 rounds)")
+
+    def test_oversubscribed_with_no_phase_in_common_is_judged_on_its_medians(self):
+        w = "producer_consumer_oversubscribed"
+        self.r.add(w, "numaplace", 1, 100, slow=True, decayed=0.5)
+        self.r.add(w, "glibc", 1, 79, slow=False)
+        j, _ = self.r.judge(w)
+        ok, detail = verdicts(j)["speed >= 0.8x glibc"]
+        self.assertFalse(ok)  # 79 / 100: below 0.8, and no phase names a ratio of its own
+        self.assertEqual(detail, "0.79x")
+
+    def test_each_speed_target_holds_at_its_bound_exactly(self):
+        w = "map"
+        self.r.add(w, "numaplace", 1, 100, decayed=1.0)
+        self.r.add(w, "glibc", 1, 80)      # 0.8x glibc
+        self.r.add(w, "jemalloc", 1, 50)   # 0.5x the best peer
+        self.r.add(w, "memkind", 1, 100)   # 1.0x the best NUMA-aware
+        v = verdicts(self.r.judge(w)[0])
+        self.assertEqual((v["speed >= 0.8x glibc"][0], v["speed >= 1.0x best NUMA-aware"][0],
+                          v["within 2x of best peer"][0]), (True, True, True))
+        r = Rounds()
+        try:  # and misses just past it
+            r.add(w, "numaplace", 1, 100, decayed=1.0)
+            r.add(w, "glibc", 1, 79.99)
+            r.add(w, "jemalloc", 1, 49.99)
+            r.add(w, "memkind", 1, 99.99)
+            v = verdicts(r.judge(w)[0])
+            self.assertEqual((v["speed >= 0.8x glibc"][0], v["speed >= 1.0x best NUMA-aware"][0],
+                              v["within 2x of best peer"][0]), (False, False, False))
+        finally:
+            r.close()
 
     def test_a_workload_not_oversubscribed_is_judged_on_its_medians_alone(self):
         w = "map"
