@@ -102,7 +102,7 @@ public:
     const double* x() const noexcept { return x_.data(); }
     double* y() noexcept { return y_.data(); }
     /// \returns A's rows partition: its indexes are rows, `where(a(), row_partition())` inspects all m*n elements.
-    const partition<double>& row_partition() const noexcept { return rows_; }
+    const numaplace::row_partition<double>& row_partition() const noexcept { return rows_; }
 
     /// \effects y = A x with the placement's loop (threads as the current oneTBB limit allows).
     void multiply() {
@@ -155,10 +155,10 @@ private:
     void for_rows(F&& f) const {
         auto rows = [&f](const tbb::blocked_range<std::size_t>& r) { f(r.begin(), r.end()); };
         const tbb::blocked_range<std::size_t> all(0, m_);
-        if (kind_ == placement_kind::partitioned || kind_ == placement_kind::replaced)
+        // compute edges are exact whatever the page grain: the explicit-page matrix runs the same row blocks
+        if (kind_ == placement_kind::partitioned || kind_ == placement_kind::replaced ||
+            kind_ == placement_kind::partitioned_explicit_2m)
             parallel_for(rows_, [&f](subrange r) { f(r.begin(), r.end()); });
-        else if (kind_ == placement_kind::partitioned_explicit_2m) // blocks with edges on 2 MiB pages
-            parallel_for(a_.layout(), [&f](subrange r) { f(r.begin(), r.end()); });
         else if (kind_ == placement_kind::parallel_init) tbb::parallel_for(all, rows, tbb::static_partitioner());
         else tbb::parallel_for(all, rows);
     }
@@ -174,12 +174,12 @@ private:
         };
         if (kind_ == placement_kind::serial_init || kind_ == placement_kind::replaced) fill(0, m_);
         else for_rows(fill);
-        if (kind_ == placement_kind::replaced) replace(static_cast<const double*>(a), rows_, fallback::degrade);
+        if (kind_ == placement_kind::replaced) replace(static_cast<const double*>(a), rows_.elements(), fallback::degrade);
     }
 
     placement_kind kind_;
     std::size_t m_, n_;
-    partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
+    numaplace::row_partition<double> rows_; // M rows of N doubles: allocation, loops and where() by whole rows
     std::vector<double> x_, y_;
     placed_array<double> a_; // made by compared(kind_): allocation and the serial first touch
 };

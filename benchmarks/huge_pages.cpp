@@ -66,7 +66,7 @@ void BM_HugePages_triad(benchmark::State& state) {
 
 template <edge_alignment Edges>
 struct matrix {
-    partition<double> rows = partition<double>::rows(dgemv_n, dgemv_n, numaplace::topology::get().with_cpus(), {}, Edges);
+    numaplace::row_partition<double> rows = partition<double>::rows(dgemv_n, dgemv_n, numaplace::topology::get().with_cpus(), {}, Edges);
     numaplace::partitioned_vector<double> a{dgemv_n * dgemv_n, numaplace::partitioned_allocator<double>(rows)};
     std::vector<double> x = std::vector<double>(dgemv_n, 0.5), y = std::vector<double>(dgemv_n);
     matrix() {

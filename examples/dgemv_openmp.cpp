@@ -70,7 +70,7 @@ result run(const double* a, long m, long n, int reps) {
 
 // \returns A's locality against the rows partition, as text; `all_local` tells whether every page is
 // touched and on its block's node.
-std::string locality_text(const double* a, const partition<double>& rows, bool& all_local) {
+std::string locality_text(const double* a, const row_partition<double>& rows, bool& all_local) {
     all_local = false;
     if (!topology::get().capabilities().page_query)
         return std::string("unknown (page query refused: ") + std::strerror(topology::get().capabilities().page_query_errno) + ")";
@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
                     static_cast<double>(m) * static_cast<double>(n) * 8.0 / 1048576.0, team.size(),
                     team.nodes().size(), reps);
         const auto um = static_cast<std::size_t>(m), un = static_cast<std::size_t>(n);
-        const partition<double> rows = omp::static_rows<double>(um, un, team);
+        const row_partition<double> rows = omp::static_rows<double>(um, un, team);
         {
             std::vector<double> a(um * un); // the seeds' baseline: one thread writes every page
             for (long i = 0; i < m; ++i)

@@ -318,15 +318,16 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
     return all_correct ? 0 : 1;
 }
 
-/// Pages of A (m x m doubles, page-aligned) per node id that `rows`' blocks hold: block edges are page
-/// boundaries, so no page is in two blocks.
-std::vector<std::size_t> block_pages(const numaplace::partition<double>& rows) {
+/// Pages of A (m x m doubles, aligned) per node id that `rows`' blocks own: a page belongs to the block
+/// holding its first byte (basic_partition::page_bytes), so no page is counted twice.
+std::vector<std::size_t> block_pages(const numaplace::row_partition<double>& rows) {
     const std::size_t page = numaplace::detail::page_size();
     std::vector<std::size_t> per(numaplace::topology::get().size(), 0);
-    const numaplace::partition<double> e = rows.elements();
+    const numaplace::basic_partition& e = rows.elements().untyped();
+    const std::size_t bytes = e.size() * sizeof(double);
     for (std::size_t k = 0; k < e.block_count(); ++k) {
-        const numaplace::block b = e.block(k);
-        if (!b.empty()) per[static_cast<std::size_t>(b.node)] += (b.end * sizeof(double) + page - 1) / page - b.begin * sizeof(double) / page;
+        const auto range = e.page_bytes(k, bytes);
+        per[static_cast<std::size_t>(e.nodes()[k])] += (range.second - range.first + page - 1) / page;
     }
     return per;
 }
@@ -359,7 +360,7 @@ bool numastat_bounds(const char* what, const numaplace::observation& o, const st
 /// where() must find exactly block k's pages on node k in both. \returns whether every check holds.
 bool numastat_contrast(std::size_t n) {
     const auto& topo = numaplace::topology::get();
-    const numaplace::partition<double> rows = numaplace::partition<double>::rows(n, n);
+    const numaplace::row_partition<double> rows = numaplace::partition<double>::rows(n, n);
     const std::vector<std::size_t> want = block_pages(rows);
     const int s = topo.with_cpus()[0];
     bool ok = true;

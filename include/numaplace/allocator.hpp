@@ -132,6 +132,8 @@ template <class T, class A>
 struct wrong_partition : std::false_type {};
 template <class T, class U>
 struct wrong_partition<T, partition<U>> : std::integral_constant<bool, !std::is_same<T, U>::value> {};
+template <class T, class U>
+struct wrong_partition<T, row_partition<U>> : std::integral_constant<bool, !std::is_same<T, U>::value> {};
 
 // A placement that knows its element size (partitioned) must match T.
 template <class T, class P>
@@ -195,6 +197,9 @@ public:
     /// A partition of another element type: does not compile (the loop would cover another index space).
     template <class U, class... Args, class = std::enable_if_t<!std::is_same<U, T>::value>>
     explicit allocator(const partition<U>&, Args&&...) = delete;
+    /// The rows of another element type: does not compile either.
+    template <class U, class... Args, class = std::enable_if_t<!std::is_same<U, T>::value>>
+    explicit allocator(const row_partition<U>&, Args&&...) = delete;
     /// \throws invalid_placement for a partitioned placement of another element size.
     allocator(const Placement& p) : placement_(p) { // NOLINT: implicit on purpose, a placement is an allocator
         detail::check_element_size<T>(placement_);
@@ -221,6 +226,7 @@ public:
     /// overflows; placement_error (a std::bad_alloc) when a strict placement is refused or no memory.
     [[nodiscard]] T* allocate(size_type n) {
         if (n > max_size()) detail::throw_bad_length();
+        if constexpr (std::is_same<Placement, partitioned>::value) placement_.check_extent(n * sizeof(T));
         return static_cast<T*>(detail::routed_allocate(placement_, n * sizeof(T), alignof(T)));
     }
     /// \effects releases what `allocate(n)` returned (of this or an equal allocator). Never allocates.

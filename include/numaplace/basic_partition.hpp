@@ -10,6 +10,7 @@
 #include "detail/fork.hpp"
 #include "detail/intern.hpp"
 #include "detail/linux.hpp"
+#include "detail/wide_math.hpp"
 #include "error.hpp"
 #include "topology.hpp"
 
@@ -21,6 +22,7 @@
 #include <numeric>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <type_traits>
 #include <vector>
 
@@ -78,17 +80,16 @@ struct page_geometry {
     }
 };
 
-/// Where block edges may fall.
+/// The page grain a partition's pages are placed in (never where its compute edges fall: those are exact).
 enum class edge_alignment {
-    /// Huge-page edges when THP is `always` or `madvise` (geometry) and the smallest non-empty block still
-    /// spans at least eight edge steps (a step is lcm(unit bytes, huge page) bytes); small-page edges
-    /// otherwise. Why: a huge page straddling two blocks is faulted in whole by whichever block touches it
-    /// first, landing all its small pages on one node. Huge edges keep the TLB benefit of THP for large
-    /// arrays (an edge moves by less than one step, < 1/8 of a block); small edges keep small arrays
-    /// balanced, and the placement then keeps huge pages off the range (MADV_NOHUGEPAGE).
+    /// Huge pages when THP is `always` or `madvise` (geometry) and the smallest non-empty block spans at
+    /// least eight huge pages; small pages otherwise. Why: a huge page straddling a block edge is faulted
+    /// in whole by whichever block touches it first. Huge grains keep THP's TLB benefit for large arrays
+    /// (one huge page per edge shared, < 1/8 of a block); small grains keep small arrays' pages on their
+    /// blocks, and the placement then keeps huge pages off the range (MADV_NOHUGEPAGE).
     automatic,
-    page, ///< edges on small-page boundaries
-    huge  ///< edges on huge-page boundaries
+    page, ///< pages placed in small pages
+    huge  ///< pages placed in huge pages (one huge page per edge may be shared by two blocks)
 };
 
 /// What a partitioned range needs from THP for its edges to hold (see `basic_partition::huge_pages`).
@@ -99,23 +100,6 @@ enum class huge_page_advice {
 };
 
 namespace detail {
-
-/// \returns floor(a * b / c) for b <= c, c != 0, c < 2^127, exactly (a * b may exceed 128 bits).
-inline std::size_t mul_div(std::size_t a, wide_uint b, wide_uint c) noexcept {
-    if ((c >> 64) == 0) return static_cast<std::size_t>(static_cast<wide_uint>(a) * b / c);
-    // Shift-and-add over the bits of a, keeping q = floor(a' * b / c) and r = a' * b mod c (< c).
-    wide_uint q = 0, r = 0;
-    for (int bit = 63; bit >= 0; --bit) {
-        q <<= 1;
-        r <<= 1; // < 2c < 2^128
-        if (r >= c) { r -= c; q += 1; }
-        if ((a >> bit) & 1u) {
-            r += b; // < 2c
-            if (r >= c) { r -= c; q += 1; }
-        }
-    }
-    return static_cast<std::size_t>(q);
-}
 
 /// The immutable, interned part of a partition. Ordered by content (the registry key); `prefix` and
 /// `smallest_weight` are derived from `weights`.
@@ -137,7 +121,7 @@ struct partition_layout {
 
     wide_uint total() const noexcept { return prefix.empty() ? 0 : prefix.back(); }
 
-    /// \returns the edge alignment in bytes for a split of `units` units.
+    /// \returns the placement grain in bytes (a page or a huge page) for a split of `units` units.
     std::size_t alignment_for(std::size_t units) const noexcept {
         switch (edges) {
         case edge_alignment::page: return geometry.page;
@@ -145,15 +129,9 @@ struct partition_layout {
         case edge_alignment::automatic: break;
         }
         if (geometry.thp == thp_mode::never || total() == 0) return geometry.page;
-        // Exactly: the smallest weighted share, units × smallest / total, spans >= 8 huge steps of
-        // s = huge / gcd(unit_bytes, huge) units, i.e. floor(share) / 8 >= s (s and 8s are whole).
-        const std::size_t h = geometry.huge;
-        return mul_div(units, smallest_weight, total()) / 8 >= h / std::gcd(unit_bytes, h) ? h : geometry.page;
-    }
-    /// \returns the edge step in units: the fewest units spanning whole alignment units.
-    std::size_t step_for(std::size_t units) const noexcept {
-        const std::size_t a = alignment_for(units);
-        return a / std::gcd(unit_bytes, a);
+        // The smallest weighted share, floor(units x smallest / total) units, spans >= 8 huge pages
+        // (its bytes fit: share <= units and units x unit_bytes fits in size_t).
+        return mul_div(units, smallest_weight, total()) * unit_bytes / 8 >= geometry.huge ? geometry.huge : geometry.page;
     }
 };
 
@@ -203,10 +181,7 @@ public:
         if (row_length > max / element_size)
             detail::throw_invalid("partition: row of " + std::to_string(row_length) + " elements of " +
                                   std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
-        const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
-        if (!pow2(geometry.page) || !pow2(geometry.huge) || geometry.huge < geometry.page)
-            detail::throw_invalid("partition: page geometry (page " + std::to_string(geometry.page) + ", huge " +
-                                  std::to_string(geometry.huge) + ") needs powers of two with huge >= page");
+        check_geometry(geometry);
         detail::partition_layout l;
         l.element_size = element_size;
         l.row_length = row_length;
@@ -244,10 +219,9 @@ public:
     std::size_t unit_bytes() const noexcept { return layout_->unit_bytes; }
     /// \returns the number of elements the indexes cover (size() × row_length()).
     std::size_t element_count() const noexcept { return elements_ ? count_ : count_ * layout_->row_length; }
-    /// \returns the byte alignment of every inner block edge (a page or a huge page of `geometry()`).
+    /// \returns the placement grain in bytes (a page or a huge page of `geometry()`): pages are placed in
+    /// grains of this size from the array's start, which an allocation split by this partition is aligned to.
     std::size_t alignment() const noexcept { return layout_->alignment_for(units_); }
-    /// \returns the edge step in units (step() × unit_bytes() = lcm(unit_bytes(), alignment())).
-    std::size_t step() const noexcept { return layout_->step_for(units_); }
     /// \returns what the range needs from THP for the edges to hold (see `huge_page_advice`).
     huge_page_advice huge_pages() const noexcept {
         const auto& g = layout_->geometry;
@@ -300,6 +274,15 @@ public:
         return numaplace::block{node_id, 0, 0};
     }
 
+    /// \returns the bytes [first, second) whose pages block `k` owns in an allocation of `bytes` bytes split
+    /// by this partition (its `for_bytes(bytes)`), starting on an `alignment()` boundary. The rule: a page
+    /// (a grain of `alignment()` bytes from the start) belongs to the block that holds its first byte, the
+    /// last page to the block holding it. So each inner edge shares at most one grain between two blocks,
+    /// and a block smaller than a grain may own none. Empty for k >= block_count().
+    std::pair<std::size_t, std::size_t> page_bytes(std::size_t k, std::size_t bytes) const noexcept {
+        if (k >= block_count()) return {0, 0};
+        return {page_edge(k, bytes), page_edge(k + 1, bytes)};
+    }
     /// \returns the same layout split for `m` indexes (units; elements for an element view, then split as
     /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes, or
     /// for m > 0 on an empty (default-constructed) partition: it has no node to put the indexes on.
@@ -336,6 +319,62 @@ public:
         p.units_ = p.count_ = bytes / layout_->unit_bytes + (bytes % layout_->unit_bytes != 0);
         return p;
     }
+    /// \returns the same nodes, weights and unit count for units of `row_length` elements of `element_size`
+    /// bytes, edges per `edges` in `geometry`: block k holds the same unit indexes (edges depend only on
+    /// the count and the weights), as an unclipped unit-indexed partition. No topology is read.
+    /// \throws invalid_placement (as the constructor) for a size 0, a geometry that is not powers of two,
+    /// or bytes beyond SIZE_MAX.
+    basic_partition remade(std::size_t element_size, std::size_t row_length, edge_alignment edges,
+                           const page_geometry& geometry) const {
+        if (layout_->nodes.empty()) return basic_partition();
+        if (element_size == 0 || row_length == 0) detail::throw_invalid("partition: element size or row length 0");
+        if (row_length > std::numeric_limits<std::size_t>::max() / element_size)
+            detail::throw_invalid("partition: a row of " + std::to_string(row_length) + " elements of " +
+                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
+        check_geometry(geometry);
+        detail::partition_layout l = *layout_;
+        l.element_size = element_size;
+        l.row_length = row_length;
+        l.unit_bytes = element_size * row_length;
+        l.edges = edges;
+        l.geometry = geometry;
+        check_bytes(units_, l.unit_bytes);
+        basic_partition p;
+        p.layout_ = detail::intern(std::move(l));
+        p.units_ = p.count_ = units_;
+        return p;
+    }
+    /// \returns the partition of `n` units whose block k is [cuts[k], cuts[k + 1]) exactly (cuts has
+    /// block_count() + 1 non-decreasing entries from 0 to n), same nodes, unit, geometry and edge policy:
+    /// its weights are the blocks' sizes, so growth (`resized`) scales them. A partition of 0 units keeps
+    /// this one's weights. \throws invalid_placement for cuts that are not that.
+    basic_partition with_cuts(const std::vector<std::size_t>& cuts) const {
+        const std::size_t count = block_count();
+        if (cuts.size() != count + 1 || cuts.front() != 0)
+            detail::throw_invalid("partition: " + std::to_string(cuts.size()) + " cut points for " + std::to_string(count) +
+                                  " blocks (need blocks + 1, the first 0)");
+        for (std::size_t k = 0; k < count; ++k)
+            if (cuts[k + 1] < cuts[k]) detail::throw_invalid("partition: cut points decrease at block " + std::to_string(k));
+        const std::size_t n = cuts.back();
+        basic_partition p = *this;
+        p.elements_ = false;
+        p.units_ = p.count_ = n;
+        if (n == 0) return p;
+        check_bytes(n, layout_->unit_bytes);
+        detail::partition_layout l = *layout_;
+        l.weights.clear();
+        l.prefix.assign(1, 0);
+        l.smallest_weight = 0;
+        for (std::size_t k = 0; k < count; ++k) {
+            const std::size_t w = cuts[k + 1] - cuts[k];
+            l.weights.push_back(w);
+            l.prefix.push_back(l.prefix.back() + w);
+            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
+        }
+        p.layout_ = detail::intern(std::move(l));
+        return p;
+    }
+
     /// \returns whether both use the same layout (same nodes, weights, unit, geometry, edge policy).
     bool same_layout(const basic_partition& other) const noexcept { return layout_ == other.layout_; }
 
@@ -353,20 +392,39 @@ public:
     }
 
 private:
+    static void check_geometry(const page_geometry& g) {
+        const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
+        if (!pow2(g.page) || !pow2(g.huge) || g.huge < g.page)
+            detail::throw_invalid("partition: page geometry (page " + std::to_string(g.page) + ", huge " +
+                                  std::to_string(g.huge) + ") needs powers of two with huge >= page");
+    }
     static void check_bytes(std::size_t units, std::size_t unit_bytes) {
         if (unit_bytes != 0 && units > std::numeric_limits<std::size_t>::max() / unit_bytes)
             detail::throw_invalid("partition: " + std::to_string(units) + " units of " + std::to_string(unit_bytes) +
                                   " bytes exceed SIZE_MAX bytes");
     }
-    // Edge k (0..block_count()) in units of the split of units_: the exact cumulative weighted share,
-    // rounded down to a step; units_ once the cumulative weight is complete (so trailing zero-weight
-    // blocks are empty and the last weighted block takes the partial step at the end).
+    // Edge k (0..block_count()) in units of the split of units_: the exact cumulative weighted share
+    // rounded up, ceil(units_ x prefix[k] / total). Block k then holds its exact share to within one unit,
+    // and unit 0 is always in the first weighted block (the owner of a small allocation's only page).
     std::size_t unit_edge(std::size_t k) const noexcept {
         const auto& l = *layout_;
-        if (k >= l.nodes.size() || l.prefix[k] == l.total()) return units_;
-        const std::size_t exact = detail::mul_div(units_, l.prefix[k], l.total());
-        const std::size_t step = l.step_for(units_);
-        return exact / step * step;
+        if (k >= l.nodes.size()) return units_;
+        return detail::mul_div_up(units_, l.prefix[k], l.total());
+    }
+    // Byte offset of the first page block j owns (j = block_count(): the allocation's page-rounded end) in
+    // an allocation of `bytes`: edge j's byte rounded up to the placement grain, at most the end.
+    std::size_t page_edge(std::size_t j, std::size_t bytes) const noexcept {
+        constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
+        const std::size_t page = layout_->geometry.page, grain = alignment();
+        const std::size_t end = bytes % page == 0 ? bytes : bytes <= max - page ? bytes / page * page + page : bytes / page * page;
+        if (j == 0) return 0;
+        if (j >= block_count()) return end;
+        const std::size_t u = unit_edge(j), ub = layout_->unit_bytes;
+        if (u >= end / ub + 1) return end; // its byte is past the end
+        const std::size_t e = u * ub;     // <= end + ub: fits
+        if (e >= end) return end;
+        const std::size_t r = e % grain;
+        return r == 0 ? e : e - r >= end - grain ? end : std::min(end, e - r + grain);
     }
 
     const detail::partition_layout* layout_;

@@ -17,6 +17,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstddef>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <string>
@@ -50,6 +51,12 @@ void add_locality_counters(::benchmark::State& state, const T* data, const parti
     add_counters(state, locality_counters(where(data, part)));
 }
 
+/// \effects the same for the matrix of a row partition (`rows.elements()`).
+template <class T>
+void add_locality_counters(::benchmark::State& state, const T* data, const row_partition<T>& rows) {
+    add_locality_counters(state, data, rows.elements());
+}
+
 /// \effects the same for [p, p + bytes) held against one node.
 inline void add_locality_counters(::benchmark::State& state, const void* p, std::size_t bytes, int node) {
     add_counters(state, locality_counters(where(p, bytes), node));
@@ -72,6 +79,9 @@ struct placement_slot {
 /// region) inside an observation scope (`observe`); then the observation's counters per iteration and
 /// the array's locality and pages per node against `array.layout()` (`add_locality_counters`).
 /// `init` is `void(placed_array<T>&)`, `body` is `void(benchmark::State&, placed_array<T>&)`.
+/// A placement that cannot be made (`unavailable()` says why, or making or initialising the array throws
+/// a std::exception) skips its benchmark with the reason (`state.SkipWithError`: the JSON's
+/// "error_message"); the other benchmarks run.
 /// \returns the registered benchmarks, in `placements` order (add arguments, units, repetitions to them).
 /// \throws invalid_placement when two placements share a name.
 template <class T, class Init, class Body>
@@ -91,9 +101,23 @@ std::vector<::benchmark::internal::Benchmark*> register_placements(const std::st
                 if (slot->index != i) {
                     slot->array.reset(); // one array at a time
                     slot->index = static_cast<std::size_t>(-1);
-                    slot->array = std::make_unique<placed_array<T>>(how, part);
-                    (*shared_init)(*slot->array);
-                    slot->index = i;
+                    // a placement that cannot be made skips its benchmark with the reason: never an
+                    // exception out of the benchmark (it would end the process and lose every result)
+                    std::string why = how.unavailable(part);
+                    if (why.empty()) {
+                        try {
+                            slot->array = std::make_unique<placed_array<T>>(how, part);
+                            (*shared_init)(*slot->array);
+                            slot->index = i;
+                        } catch (const std::exception& e) {
+                            slot->array.reset();
+                            why = e.what();
+                        }
+                    }
+                    if (!why.empty()) {
+                        state.SkipWithError(("placement " + how.name() + " not made: " + why).c_str());
+                        return;
+                    }
                 }
                 placed_array<T>& a = *slot->array;
                 observation_scope scope(observe, std::defer_lock);
@@ -104,6 +128,15 @@ std::vector<::benchmark::internal::Benchmark*> register_placements(const std::st
             }));
     }
     return made;
+}
+
+/// \effects `register_placements` over the matrix of a row partition (`rows.elements()`).
+/// \returns the registered benchmarks. \throws invalid_placement when two placements share a name.
+template <class T, class Init, class Body>
+std::vector<::benchmark::internal::Benchmark*> register_placements(const std::string& name, const row_partition<T>& rows,
+                                                                   const std::vector<compared_placement>& placements,
+                                                                   Init init, Body body, observe_options observe = {}) {
+    return register_placements(name, rows.elements(), placements, std::move(init), std::move(body), observe);
 }
 
 } // namespace numaplace

@@ -104,25 +104,25 @@ public:
     page_size pages() const noexcept { return pages_; }
 
     /// \returns why the pools cannot hold an array of `part` placed this way (a `partitioned_explicit` whose
-    /// blocks need more pages of a node's pool than it has free, a block smaller than one page, or a size
-    /// the kernel lacks), naming the node, the page size and the free pages; empty when they can (and for
-    /// every other kind).
+    /// blocks own more pages of a node's pool than it has free, or a size the kernel lacks), naming the
+    /// node, the page size and the free pages; empty when they can (and for every other kind). The count
+    /// is the placement's own (`detail::explicit_pages_needed`): empty exactly when `allocate` maps it.
     template <class T>
     std::string unavailable(const partition<T>& part) const {
         if (kind_ != compared_kind::partitioned_explicit || part.empty()) return std::string();
         const std::size_t page = explicit_page_bytes(pages_);
         if (!explicit_page_supported(page)) return "the kernel has no " + page_bytes_name(page) + " pages";
-        const basic_partition split = layout(part).untyped();
-        std::vector<std::size_t> need(split.nodes().size(), 0);
-        for (std::size_t k = 0; k < split.block_count(); ++k) {
-            const block b = split.block(k);
-            need[k] = (b.end - b.begin) * split.unit_bytes() / page; // whole pages: the tail is on small pages
-            if (need[k] == 0 && b.end > b.begin) // the placement refuses a block below one page (EINVAL)
-                return "the block of node " + std::to_string(split.nodes()[k]) + " is smaller than one " +
-                       page_bytes_name(page) + " page";
-        }
+        const partition<T> split = layout(part);
+        const std::size_t bytes = split.element_count() * sizeof(T);
+        const basic_partition of_bytes = split.untyped().for_bytes(bytes);
         int node = -1;
-        return detail::pools_short(page, split.nodes(), need, node);
+        return detail::pools_short(page, of_bytes.nodes(), detail::explicit_pages_needed(of_bytes, bytes, page), node);
+    }
+
+    /// \returns `unavailable(rows.elements())`: the matrix of a row partition.
+    template <class T>
+    std::string unavailable(const row_partition<T>& rows) const {
+        return unavailable(rows.elements());
     }
 
     /// \returns the partition the array's pages and loops follow: `part`, or for `partitioned_huge` the same
@@ -132,7 +132,8 @@ public:
         if (kind_ == compared_kind::partitioned_explicit && !part.empty())
             return partition<T>::from_untyped(numaplace::partitioned(part).with_pages(pages_).partition());
         if (kind_ != compared_kind::partitioned_huge || part.empty()) return part;
-        return partition<T>::rows(part.size(), part.row_length(), part.nodes(), part.weights(), edge_alignment::huge);
+        const basic_partition& p = part.untyped();
+        return partition<T>::from_untyped(p.remade(p.element_size(), p.unit_length(), edge_alignment::huge, p.geometry()).clipped(p.units()));
     }
 
     /// \effects maps `bytes` and places them as this placement says, against `layout` (its `layout()`);
@@ -228,6 +229,9 @@ public:
                               pages == page_choice::huge ? detail::page_advice::huge_pages : detail::page_advice::no_huge_pages);
         if (how_.kind() == compared_kind::serial_first_touch) memory::touch(data_, bytes());
     }
+    /// \effects the array of the matrix of `rows` (its `elements()`), as above.
+    placed_array(compared_placement how, const row_partition<T>& rows, page_choice pages = page_choice::as_placed)
+        : placed_array(std::move(how), rows.elements(), pages) {}
     ~placed_array() { memory::unmap(data_, bytes()); }
     placed_array(const placed_array&) = delete;
     placed_array& operator=(const placed_array&) = delete;

@@ -46,6 +46,15 @@ inline bool relieve_address_space() noexcept {
         if (const address_space_relief_fn relief = slot.load(std::memory_order_acquire)) any = relief() || any;
     return any;
 }
+/// What gives explicit huge pages back to their pools when a request finds them short (place.hpp's
+/// `pool_shortage`): the cache of freed own mappings keeps explicit-page blocks mapped for reuse, their
+/// pages taken from the pools, and subscribes when it is made, so that admission counts the pages this
+/// process holds ready as well as the pools' free ones. Called with the page bytes and the nodes whose
+/// pools a request counts (`any_node`: every node's), it unmaps the kept blocks that may hold such pages
+/// and returns whether it unmapped any; it never allocates and is never called under a lock a fork hook
+/// takes. Constant-initialised. Design: docs/huge-pages.md ("The heap and the caches").
+using pool_relief_fn = bool (*)(std::size_t page, const node_set& nodes, bool any_node) noexcept;
+inline std::atomic<pool_relief_fn> pool_relief{nullptr};
 } // namespace detail
 namespace memory {
 

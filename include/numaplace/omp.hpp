@@ -88,19 +88,23 @@ public:
         return *this;
     }
 
-    /// \returns the team `#pragma omp parallel num_threads(threads)` makes here (it may make fewer:
-    /// OMP_THREAD_LIMIT, OMP_DYNAMIC, a nested region), each thread's node read from its CPU affinity
-    /// inside that team. On a host with one node every team is on it.
-    /// \throws invalid_placement (an std::invalid_argument) when `threads` < 1, or above
-    /// `omp_get_thread_limit()` or the kernel's kernel.threads-max (a team no runtime can make: libgomp
-    /// would end the process); unbound_team (a thread may run on CPUs of two nodes, as every thread of a
-    /// team without OMP_PROC_BIND can; or the nodes are not in thread order); std::system_error (a
-    /// thread's affinity cannot be read).
+    /// \returns the team `#pragma omp parallel num_threads(threads)` makes here: with `threads` above
+    /// `omp_get_thread_limit()` (OMP_THREAD_LIMIT), the smaller team OpenMP makes, and fewer still as the
+    /// runtime decides (OMP_DYNAMIC, a nested region); each thread's node read from its CPU affinity inside
+    /// that team. On a host with one node every team is on it.
+    /// \throws invalid_placement (an std::invalid_argument) when `threads` < 1, or when the team it would
+    /// make (at most `omp_get_thread_limit()` threads) is above the kernel's kernel.threads-max (a team no
+    /// runtime can start: libgomp would end the process); unbound_team (a thread may run on CPUs of two
+    /// nodes, as every thread of a team without OMP_PROC_BIND can; or the nodes are not in thread order);
+    /// std::system_error (a thread's affinity cannot be read).
     static team current(int threads = omp_get_max_threads()) {
-        const int most = std::min(omp_get_thread_limit(), detail::kernel_threads_max());
-        if (threads < 1 || threads > most)
-            numaplace::detail::throw_invalid("omp::team: a team of " + std::to_string(threads) + " threads (from 1 to " +
-                                             std::to_string(most) + ": OMP_THREAD_LIMIT and kernel.threads-max)");
+        if (threads < 1)
+            numaplace::detail::throw_invalid("omp::team: a team of " + std::to_string(threads) + " threads (at least 1)");
+        threads = std::min(threads, omp_get_thread_limit()); // what num_threads(threads) makes at most
+        if (threads > detail::kernel_threads_max())
+            numaplace::detail::throw_invalid("omp::team: a team of " + std::to_string(threads) +
+                                             " threads, more than the system may have (kernel.threads-max " +
+                                             std::to_string(detail::kernel_threads_max()) + ")");
         const topology& topo = topology::get();
         std::vector<int> node(static_cast<std::size_t>(threads), -1), error(static_cast<std::size_t>(threads), 0);
         int made = 0;
@@ -194,9 +198,8 @@ inline std::vector<std::size_t> static_weights(std::size_t n, const team& tm, co
 } // namespace detail
 
 /// \returns the partition of `n` elements of T that `schedule(static)` gives `tm`: the block of each of
-/// its nodes holds the iterations of that node's threads, its edges aligned as every partition's (an
-/// edge moves by less than an edge step: a page's elements, or a huge page's where the edges are
-/// huge-page aligned, as `edge_alignment::automatic` makes them for large blocks with THP on).
+/// its nodes holds exactly the iterations of that node's threads (compute edges are exact; the pages
+/// follow them, a page to the block holding its first byte).
 /// \throws invalid_placement for an empty team (default-constructed or moved-from), or when `n` elements
 /// of T overflow the bytes (partition<T>'s constructor).
 template <class T>
@@ -204,13 +207,13 @@ partition<T> static_partition(std::size_t n, const team& tm = team::current()) {
     return partition<T>(n, tm.nodes(), detail::static_weights(n, tm, "omp::static_partition"));
 }
 
-/// \returns the partition of an `m` × `row_length` row-major matrix of T in whole rows that a
-/// `schedule(static)` loop over its `m` rows gives `tm` (a DGEMV's `for (i = 0; i < m; ++i)`): node k's
-/// block holds the rows of its threads, each block edge on a page boundary (partition<T>::rows).
+/// \returns the row partition of an `m` x `row_length` row-major matrix of T that a `schedule(static)`
+/// loop over its `m` rows gives `tm` (a DGEMV's `for (i = 0; i < m; ++i)`): node k's block holds exactly
+/// the rows of its threads.
 /// \throws invalid_placement for an empty team (default-constructed or moved-from), a `row_length` of 0,
 /// or rows whose bytes overflow (partition<T>::rows).
 template <class T>
-partition<T> static_rows(std::size_t m, std::size_t row_length, const team& tm = team::current()) {
+row_partition<T> static_rows(std::size_t m, std::size_t row_length, const team& tm = team::current()) {
     return partition<T>::rows(m, row_length, tm.nodes(), detail::static_weights(m, tm, "omp::static_rows"));
 }
 
@@ -321,6 +324,13 @@ void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::
                                                               ": the calling thread ran whatever chunks were left");
     }
     if (error) std::rethrow_exception(error);
+}
+
+/// \effects `omp::parallel_for` over the rows [0, rows.size()) of a row partition (block k's rows on
+/// node k's threads), as above.
+template <class T, class Body>
+void parallel_for(const row_partition<T>& rows, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
+    parallel_for(rows.template per_row<T>(), std::forward<Body>(body), tm, grain);
 }
 
 /// \effects `parallel_for(partition_of(c), body, tm, grain)` for a partitioned container.

@@ -209,6 +209,23 @@ void run_blocks(const Part& part, Fn&& fn) {
     run_blocks(part.blocks(), fn);
 }
 
+/// `parallel_for`'s body for any partition: block k's indexes in node k's arena.
+template <class Body>
+void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain) {
+    run_blocks(part, [&body, grain](const block& b) {
+        const int node = current_block_node() >= 0 ? current_block_node() : b.node;
+        const auto run = [&body, node](const tbb::blocked_range<std::size_t>& r) {
+            NUMAPLACE_HANDOVER_ACQUIRE();
+            scoped_block_node mark(node);
+            call_body(body, r.begin(), r.end(), node);
+            NUMAPLACE_HANDOVER_RELEASE();
+        };
+        NUMAPLACE_HANDOVER_RELEASE(); // after the closure is written: workers read it (oneTBB keeps a reference)
+        for_range(b.begin, b.end, grain, run);
+        NUMAPLACE_HANDOVER_ACQUIRE();
+    });
+}
+
 } // namespace detail
 
 /// \effects calls `body` on contiguous subranges covering [0, part.size()) exactly once (units: rows of
@@ -224,18 +241,13 @@ void run_blocks(const Part& part, Fn&& fn) {
 /// \notes may be called from a oneTBB task.
 template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) {
-    detail::run_blocks(part.untyped(), [&body, grain](const block& b) {
-        const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
-        const auto run = [&body, node](const tbb::blocked_range<std::size_t>& r) {
-            NUMAPLACE_HANDOVER_ACQUIRE();
-            detail::scoped_block_node mark(node);
-            detail::call_body(body, r.begin(), r.end(), node);
-            NUMAPLACE_HANDOVER_RELEASE();
-        };
-        NUMAPLACE_HANDOVER_RELEASE(); // after the closure is written: workers read it (oneTBB keeps a reference)
-        detail::for_range(b.begin, b.end, grain, run);
-        NUMAPLACE_HANDOVER_ACQUIRE();
-    });
+    detail::parallel_for_blocks(part.untyped(), body, grain);
+}
+
+/// \effects `parallel_for` over the rows [0, rows.size()) of a row partition: block k's rows on node k.
+template <class T, class Body>
+void parallel_for(const row_partition<T>& rows, Body&& body, std::size_t grain = 1) {
+    detail::parallel_for_blocks(rows.untyped(), body, grain);
 }
 
 /// \effects `parallel_for(partition_of(c), body, grain)`: c's elements [0, c.size()) exactly once, block
@@ -246,15 +258,13 @@ void parallel_for(Container& c, Body&& body, std::size_t grain = 1) {
     parallel_for(partition_of(c), std::forward<Body>(body), grain);
 }
 
-/// \returns `combine` over all blocks (in block order) of `body(subrange, R init) -> R`, reduced by
-/// oneTBB inside each block from `identity`; block k on node k as in `parallel_for`.
-/// \throws unknown_node as `parallel_for`; the first exception `body` or `combine` throws.
-/// \notes exact for integers; for floating point the order inside a block is oneTBB's.
-template <class T, class R, class Body, class Combine>
-R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
+namespace detail {
+/// `parallel_reduce` for any partition.
+template <class R, class Body, class Combine>
+R reduce_blocks(const basic_partition& part, const R& identity, Body& body, Combine& combine, std::size_t grain) {
     std::vector<R> partial(part.block_count(), identity);
     const node_set& nodes = part.nodes();
-    detail::run_blocks(part.untyped(), [&](const block& b) {
+    detail::run_blocks(part, [&](const block& b) {
         const int node = detail::current_block_node() >= 0 ? detail::current_block_node() : b.node;
         const auto k = static_cast<std::size_t>(std::lower_bound(nodes.begin(), nodes.end(), b.node) - nodes.begin());
         const auto reduce = [&body, node](const tbb::blocked_range<std::size_t>& r, R acc) {
@@ -278,39 +288,70 @@ R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Comb
     for (auto& p : partial) result = combine(std::move(result), std::move(p));
     return result;
 }
+} // namespace detail
 
-/// \effects faults in every page of block k of the `part.element_count()` elements at `data` from node
-/// k's arena, contents unchanged, after setting THP as `part.huge_pages()` says. `data` must start on an
-/// `alignment()` boundary (numaplace allocations do). A memory-only node has no arena: its block's
-/// whole pages are first set to prefer that node (`MPOL_PREFERRED`, degrading: a refusal is recorded
-/// in `degradations()` and the pages land where the touching thread runs), then touched from the
-/// nearest node with CPUs.
+/// \returns `combine` over all blocks (in block order) of `body(subrange, R init) -> R`, reduced by
+/// oneTBB inside each block from `identity`; block k on node k as in `parallel_for`.
+/// \throws unknown_node as `parallel_for`; the first exception `body` or `combine` throws.
+/// \notes exact for integers; for floating point the order inside a block is oneTBB's.
+template <class T, class R, class Body, class Combine>
+R parallel_reduce(const partition<T>& part, const R& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
+    return detail::reduce_blocks(part.untyped(), identity, body, combine, grain);
+}
+/// \returns the same over the rows of a row partition.
+template <class T, class R, class Body, class Combine>
+R parallel_reduce(const row_partition<T>& rows, const R& identity, Body&& body, Combine&& combine, std::size_t grain = 1) {
+    return detail::reduce_blocks(rows.untyped(), identity, body, combine, grain);
+}
+
+/// \effects faults in the pages each block owns (a grain of `part.alignment()` bytes from `data` belongs to
+/// the block holding its first byte: `basic_partition::page_bytes`) from that block's node's arena,
+/// contents unchanged, after setting THP as `part.huge_pages()` says: each page is written once, by its
+/// owner. `data` must start on an `alignment()` boundary (numaplace allocations do). A memory-only node
+/// has no arena: the pages its block owns are first set to prefer that node (`MPOL_PREFERRED`,
+/// degrading: a refusal is recorded in `degradations()` and the pages land where the touching thread
+/// runs), then touched from the nearest node with CPUs.
 /// \throws unknown_node (as `parallel_for`); placement_error (ENOMEM) when a memory-only node's block
 /// is more than all nodes have free.
-/// \notes not needed after a parallel initialisation by `parallel_for` over the same partition or
-/// container: whatever first writes a page places it (but a memory-only node's block is then written
-/// from another node: only a bound placement or `first_touch` puts its pages on its node).
+/// \notes a parallel initialisation by `parallel_for` over the same partition places every page whole in
+/// one block the same way; a page shared by two blocks (one per edge) goes to whichever writes it first.
 template <class T>
 void first_touch(T* data, const partition<T>& part) {
-    const partition<T> e = part.elements();
+    const basic_partition& e = part.untyped();
     const std::size_t s = sizeof(T);
     if (e.size() == 0) return;
-    detail::advise_huge_pages(data, e.size() * s, e.huge_pages());
+    const std::size_t bytes = e.size() * s, allocated = e.units() * e.unit_bytes();
+    detail::advise_huge_pages(data, bytes, e.huge_pages());
     const topology& topo = topology::get();
-    const std::uintptr_t page = detail::page_size(), base = reinterpret_cast<std::uintptr_t>(data);
-    for (const block& b : e.untyped().blocks()) // every node checked before any block's pages are bound
+    for (const block& b : e.blocks()) // every node checked before any block's pages are bound
         if (!b.empty()) topo.check(b.node);
-    for (const block& b : e.untyped().blocks()) {
+    auto* base = reinterpret_cast<char*>(data);
+    const std::size_t limit = memory::page_round(bytes);
+    for (std::size_t k = 0; k < e.block_count(); ++k) {
+        const block b = e.block(k);
         if (b.empty() || topo.at(b.node).has_cpus()) continue;
-        // its whole pages; the partial last page of the data too (no other block shares it)
-        const std::uintptr_t first = (base + b.begin * s + page - 1) & ~(page - 1);
-        const std::uintptr_t end = b.end == e.size() ? (base + b.end * s + page - 1) & ~(page - 1) : (base + b.end * s) & ~(page - 1);
-        if (first < end)
-            detail::place(reinterpret_cast<void*>(first), end - first, memory::policy_mode::preferred, node_set{b.node},
+        const auto range = e.page_bytes(k, allocated);
+        const std::size_t to = std::min(range.second, limit);
+        if (range.first < to)
+            detail::place(base + range.first, to - range.first, memory::policy_mode::preferred, node_set{b.node},
                           fallback::degrade, "first_touch: a memory-only node's block: ", detail::range_origin::foreign);
     }
-    parallel_for(e, [data](subrange r) { memory::touch(reinterpret_cast<char*>(data + r.begin()), r.size() * sizeof(T)); },
-                 std::max<std::size_t>(1, detail::page_size() / s));
+    // a subrange [i, j) of a block touches the grains whose first byte it holds
+    const std::size_t grain = e.alignment();
+    const auto owned_from = [&](std::size_t i) {
+        const std::size_t at = i * s;
+        return i == 0 ? std::size_t(0) : std::min(limit, (at + grain - 1) / grain * grain);
+    };
+    parallel_for(part, [&](subrange r) {
+        const std::size_t from = owned_from(r.begin()), to = r.end() == e.size() ? limit : owned_from(r.end());
+        if (from < to) memory::touch(base + from, to - from);
+    }, std::max<std::size_t>(1, grain / s));
+}
+
+/// \effects `first_touch(data, rows.elements())`.
+template <class T>
+void first_touch(T* data, const row_partition<T>& rows) {
+    first_touch(data, rows.elements());
 }
 
 /// \effects `first_touch(c.data(), partition_of(c))`.

@@ -15,6 +15,7 @@
 #include "memory.hpp"
 #include "topology.hpp"
 
+#include <atomic>
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
@@ -84,12 +85,18 @@ inline bool place(void* p, std::size_t bytes, memory::policy_mode mode, const no
 
 // --- Explicit huge pages (docs/huge-pages.md) ----------------------------------------------------------
 
+/// \returns whether a request of `mode` over `nodes` may take explicit pages from every node's pool (a
+/// single preferred node: the kernel takes another node's page when it has none).
+inline bool takes_any_pool(memory::policy_mode mode, const node_set& nodes) noexcept {
+    return mode == memory::policy_mode::preferred && nodes.size() == 1;
+}
+
 /// \returns the pages the pools of `nodes` may serve a request of `mode` from: the free pages of `page`
 /// bytes of its one node (bind), of every node of the topology (a single preferred node: the kernel
 /// takes another node's page when it has none), of all of `nodes` otherwise. `where` says which.
 inline std::size_t pool_pages_for(std::size_t page, memory::policy_mode mode, const node_set& nodes, std::string& where) {
     const topology& topo = topology::get();
-    const bool anywhere = mode == memory::policy_mode::preferred && nodes.size() == 1;
+    const bool anywhere = takes_any_pool(mode, nodes);
     std::size_t free = 0;
     where = anywhere ? "any node" : nodes.size() == 1 ? "node " + std::to_string(nodes[0]) : "nodes ";
     for (int id = 0; id < static_cast<int>(topo.size()); ++id) {
@@ -103,12 +110,28 @@ inline std::size_t pool_pages_for(std::size_t page, memory::policy_mode mode, co
 }
 
 /// \returns why the pools cannot serve `pages` pages of `page` bytes for `mode` over `nodes` (empty: they can).
+/// Pages this process holds ready count as free: when the pools are short, the blocks it keeps for reuse
+/// that may hold such pages are given back to them first (`pool_relief`, memory.hpp) and the pools read again.
 inline std::string pool_shortage(std::size_t page, std::size_t pages, memory::policy_mode mode, const node_set& nodes) {
     std::string where;
-    const std::size_t free = pool_pages_for(page, mode, nodes, where);
+    std::size_t free = pool_pages_for(page, mode, nodes, where);
+    if (free < pages)
+        if (const pool_relief_fn relief = pool_relief.load(std::memory_order_acquire))
+            if (relief(page, nodes, takes_any_pool(mode, nodes))) free = pool_pages_for(page, mode, nodes, where);
     if (free >= pages) return std::string();
     return "explicit " + page_bytes_name(page) + " pages on " + where + ": " + std::to_string(pages) + " needed, " +
            std::to_string(free) + " free";
+}
+
+/// \returns the hugetlb cgroup's limits for pages of `page` bytes (huge_page_usage_limits); when they
+/// leave less than `bytes`, read again after the blocks this process keeps for reuse on such pages were
+/// given back (`pool_relief`: their pages are charged to the cgroup too).
+inline huge_page_usability cgroup_room_for(std::size_t page, std::size_t bytes) {
+    huge_page_usability use = huge_page_usage_limits(page);
+    if (use.cgroup_room() < bytes)
+        if (const pool_relief_fn relief = pool_relief.load(std::memory_order_acquire))
+            if (relief(page, node_set{}, true)) use = huge_page_usage_limits(page);
+    return use;
 }
 
 /// \returns the page bytes `ps` means for `bytes` at `p` over `nodes`: its own size, or for
@@ -127,7 +150,8 @@ inline std::size_t resolve_page_bytes(numaplace::page_size ps, const void* p, st
 }
 
 /// \effects tries to put the whole pages of `page` bytes of [p, p+bytes) on explicit huge pages: checks
-/// them (kernel support, alignment, size, the pools unless `pools_checked`, the hugetlb cgroup), replaces
+/// them (kernel support, alignment, size, the pools unless `pools_checked`, the hugetlb cgroup; pages of
+/// blocks this process keeps for reuse are given back first, see pool_shortage), replaces
 /// the range by a MAP_HUGETLB mapping, binds it and faults every page in under the binding
 /// (MADV_POPULATE_WRITE: an empty pool is an error here, never a SIGBUS at a later first touch).
 /// \returns the bytes placed on explicit pages (a multiple of `page`), or 0 with `err` and `why` set and
@@ -152,7 +176,7 @@ inline std::size_t try_explicit(void* p, std::size_t bytes, std::size_t page, me
     }
     err = ENOMEM;
     if (!pools_checked && !(why = pool_shortage(page, whole / page, mode, nodes)).empty()) return 0;
-    const huge_page_usability use = huge_page_usage_limits(page);
+    const huge_page_usability use = cgroup_room_for(page, whole);
     if (use.cgroup_room() < whole) {
         why = "explicit " + size + " pages: the hugetlb cgroup limit (" + use.cgroup_file + ") leaves " +
               std::to_string(use.cgroup_room()) + " bytes of " + std::to_string(whole);

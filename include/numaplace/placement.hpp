@@ -266,6 +266,10 @@ public:
         : partition_(part.untyped()), fallback_(fb) {
         if (partition_.nodes().empty()) detail::throw_invalid("partitioned: empty node set (empty partition)");
     }
+    /// \effects places by the matrix of `rows` (its `elements()`).
+    template <class T>
+    explicit partitioned(const numaplace::row_partition<T>& rows, fallback fb = fallback::strict)
+        : partitioned(rows.elements(), fb) {}
     /// \returns the partition it was made from, untyped.
     const basic_partition& partition() const noexcept { return partition_; }
     /// \returns the bytes of one element of the partition.
@@ -286,30 +290,44 @@ public:
         if (huge == 0) return p;
         page_geometry g = partition_.geometry();
         g.huge = std::max(huge, g.page);
-        p.partition_ = basic_partition(partition_.units(), partition_.element_size(), partition_.unit_length(),
-                                       partition_.nodes(), partition_.weights(), edge_alignment::huge, topology::get(), g);
+        p.partition_ = partition_.remade(partition_.element_size(), partition_.unit_length(), edge_alignment::huge, g);
         return p;
     }
     /// \returns the split of an allocation of `bytes` (unit indexes).
     basic_partition partition_for(std::size_t bytes) const noexcept { return partition_.for_bytes(bytes); }
-    /// \returns the last node with a non-zero weight: its heap serves allocations below a page. The split
-    /// of an allocation smaller than a page (fewer units than one edge step) puts every unit in that
-    /// node's block (edges round down to steps), so `partition_of` and `parallel_for` run it there too.
+    /// \returns the first node with a non-zero weight: its heap serves allocations below a page. Its block
+    /// always holds index 0 (edges round up), so it owns the only page of such an allocation, and
+    /// `partition_of`, `where` and the loops agree with the heap.
     int home_node() const noexcept {
         const auto& w = partition_.weights();
-        for (std::size_t k = w.size(); k-- > 0;)
+        for (std::size_t k = 0; k < w.size(); ++k)
             if (w[k] != 0) return partition_.nodes()[k];
         return partition_.nodes().empty() ? 0 : partition_.nodes()[0];
     }
-    /// \returns the alignment of an allocation of `bytes`: its split's edge alignment.
+    /// \returns the alignment of an allocation of `bytes`: its split's placement grain.
     std::size_t alignment(std::size_t bytes) const noexcept { return partition_for(bytes).alignment(); }
-    /// \effects binds block k's pages to node k (block edges are page- or huge-page-aligned from `p`,
-    /// which must be aligned to `alignment(bytes)`); THP per the partition's `huge_pages()`: kept off when
-    /// edges are small-page aligned and THP is on (so a degraded, first-touch placement still splits
-    /// correctly), requested when edges are huge-page aligned and THP is `madvise`.
+    /// \throws invalid_placement when an allocation of `bytes` is smaller than the extent of a partition of
+    /// rows it was made from (`rows(m, n).elements()` holds m x n elements: a vector of m elements is
+    /// another array, placed by `rows.per_row<U>()`). Element partitions and partitions of size 0 accept
+    /// any size (growth follows the capacity).
+    void check_extent(std::size_t bytes) const {
+        if (partition_.unit_length() == 1 || partition_.units() == 0) return;
+        const std::size_t extent = partition_.units() * partition_.unit_bytes(); // fits: checked when made
+        if (bytes < extent)
+            detail::throw_invalid("partitioned: an allocation of " + std::to_string(bytes / partition_.element_size()) +
+                                  " elements split by a partition of " + std::to_string(partition_.units()) + " rows of " +
+                                  std::to_string(partition_.unit_length()) + " elements (" +
+                                  std::to_string(extent / partition_.element_size()) +
+                                  " elements): an array per row is placed by rows.per_row<U>()");
+    }
+    /// \effects binds the pages block k owns (`basic_partition::page_bytes`: each grain of `alignment(bytes)`
+    /// to the block holding its first byte) to node k; `p` must be aligned to `alignment(bytes)`. THP per
+    /// the partition's `huge_pages()`: kept off when the grain is a small page and THP is on (so a degraded,
+    /// first-touch placement still splits correctly), requested when the grain is a huge page and THP is
+    /// `madvise`.
     /// On explicit pages, the pools of every block's node are checked before anything is mapped: strict
-    /// throws placement_error (ENOMEM naming the node, page size and free pages; EINVAL when a node with
-    /// a weight gets less than one page), degrading records it and puts those blocks on transparent pages.
+    /// throws placement_error (ENOMEM naming the node, page size and free pages), degrading records it and
+    /// puts those blocks on transparent pages.
     /// \returns true if placed; false when a degrading placement fell back (recorded). \throws
     /// placement_error (strict).
     bool apply(void* p, std::size_t bytes) const {
@@ -317,18 +335,13 @@ public:
         if (pages_ != numaplace::page_size::transparent) return apply_explicit(p, bytes, part);
         detail::placed_buffers::instance().placed(p, memory::page_round(bytes), partition_); // replace.hpp reads it
         detail::advise_huge_pages(p, bytes, part.huge_pages());
-        const std::size_t s = part.unit_bytes();
-        const std::size_t count = part.block_count();
-        std::size_t last = count; // the last non-empty block also takes the mapping's tail page
-        for (std::size_t k = 0; k < count; ++k)
-            if (!part.block(k).empty()) last = k;
         bool all = true;
         auto* base = static_cast<char*>(p);
-        for (std::size_t k = 0; k < count; ++k) {
-            const block b = part.block(k);
-            if (b.empty()) continue;
-            const std::size_t from = b.begin * s, to = k == last ? memory::page_round(bytes) : b.end * s;
-            all = detail::place(base + from, to - from, memory::policy_mode::bind, node_set{b.node}, fallback_) && all;
+        for (std::size_t k = 0; k < part.block_count(); ++k) {
+            const auto range = part.page_bytes(k, bytes);
+            if (range.first == range.second) continue;
+            all = detail::place(base + range.first, range.second - range.first, memory::policy_mode::bind,
+                                node_set{part.nodes()[k]}, fallback_) && all;
         }
         return all;
     }

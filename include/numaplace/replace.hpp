@@ -128,6 +128,21 @@ replace_report replace(Container& c, const partition<T>& part, fallback fb = fal
     }
 }
 
+/// \effects `replace(data, rows.elements(), fb, opts)`: the matrix of a row partition. \returns what moved.
+/// \throws as that overload.
+template <class T>
+replace_report replace(const T* data, const row_partition<T>& rows, fallback fb = fallback::strict,
+                       const replace_options& opts = {}) {
+    return replace(data, rows.elements(), fb, opts);
+}
+/// \effects `replace(c, rows.elements(), fb, opts)`. \returns what moved. \throws as that overload.
+template <class Container, class T,
+          class = decltype(std::declval<Container&>().data(), std::declval<Container&>().capacity())>
+replace_report replace(Container& c, const row_partition<T>& rows, fallback fb = fallback::strict,
+                       const replace_options& opts = {}) {
+    return replace(c, rows.elements(), fb, opts);
+}
+
 } // namespace numaplace
 
 #endif

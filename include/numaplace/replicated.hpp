@@ -76,8 +76,9 @@ public:
     /// std::bad_array_new_length when n × sizeof(T) overflows; std::invalid_argument for a null source
     /// with n > 0; placement_error when a mapping fails, or a
     /// binding is refused and `fb` is strict (nothing is kept). With `pages` explicit, each copy's whole
-    /// pages come from its own node's pool (`detail::place_on_pages`: strict throws ENOMEM naming the node
-    /// and the free pages; degrading records it and keeps that copy on transparent pages).
+    /// pages come from its own node's pool and its tail below one page stays on small pages of its node,
+    /// whatever THP's mode (`detail::place_on_pages`: strict throws ENOMEM naming the node and the free
+    /// pages; degrading records it and keeps that copy on transparent pages).
     replicated(const T* source, std::size_t n, const node_set& nodes = topology::get().with_cpus(),
                fallback fb = fallback::strict, page_size pages = page_size::transparent)
         : fallback_(fb), pages_(pages) {
@@ -96,7 +97,7 @@ public:
                 c.node = node;
                 if (bytes_per_copy() != 0) {
                     c.data = static_cast<T*>(memory::map(mapped_bytes(), copy_alignment()));
-                    if (!huge_copies() && topology::get().capabilities().thp != "never")
+                    if (!huge_copies() && explicit_page() == 0 && topology::get().capabilities().thp != "never")
                         memory::forbid_huge_pages(c.data, mapped_bytes());
                     copies_.push_back(c); // owned from here on
                     copies_.back().bound = bind(copies_.back());
@@ -228,18 +229,25 @@ private:
         return detail::place_on_pages(c.data, mapped_bytes(), memory::policy_mode::bind, node_set{c.node}, fallback_, pages_,
                                       "replicated: ");
     }
+    // The explicit page a copy is placed on (0: transparent pages, or a copy shorter than one page).
+    std::size_t explicit_page() const noexcept {
+        const std::size_t e = pages_ == page_size::largest_explicit ? explicit_page_bytes(page_size::explicit_2m) : explicit_page_bytes(pages_);
+        return bytes_per_copy() >= e ? e : 0;
+    }
     // Copies never share a huge page: with THP on, a copy of at least a huge page starts on a huge-page
     // boundary and spans whole huge pages; a smaller one has huge pages kept off (its own mapping flags,
     // so it never merges with a neighbour's). Either way first touch from its arena keeps it local when
-    // the binding is refused.
+    // the binding is refused. A copy on explicit pages is not rounded up (whatever THP's mode): it starts
+    // on an explicit page, its whole pages come from the pool and its tail stays on small pages of its
+    // node, as for every placement (docs/huge-pages.md, "Sizes: never rounded up").
     bool huge_copies() const noexcept {
-        return topology::get().capabilities().thp != "never" && bytes_per_copy() >= detail::huge_page_size();
+        return explicit_page() == 0 && topology::get().capabilities().thp != "never" && bytes_per_copy() >= detail::huge_page_size();
     }
     std::size_t copy_alignment() const noexcept {
         std::size_t a = alignof(T) > detail::page_size() ? alignof(T) : detail::page_size();
         if (huge_copies() && a < detail::huge_page_size()) a = detail::huge_page_size();
-        const std::size_t e = pages_ == page_size::largest_explicit ? explicit_page_bytes(page_size::explicit_2m) : explicit_page_bytes(pages_);
-        return e != 0 && bytes_per_copy() >= e && a < e ? e : a; // explicit pages: a copy starts on one
+        const std::size_t e = explicit_page();
+        return e != 0 && a < e ? e : a; // explicit pages: a copy starts on one
     }
     std::size_t mapped_bytes() const noexcept {
         if (!huge_copies()) return bytes_per_copy();

@@ -13,6 +13,7 @@
 /// placement matters; numaplace's guests do.
 
 #include "detail/linux.hpp"
+#include "error.hpp"
 #include "partition.hpp"
 #include "topology.hpp"
 
@@ -50,16 +51,19 @@ struct page_histogram {
 };
 
 /// Pages of a range compared with where they should be (a partition's blocks, or any element-to-node
-/// map): a page is local when it is on the node expected for the element that owns it.
+/// map). For a partition: a page is local when it is on the node of the block that owns it (the block
+/// holding the first byte of its placement grain, `partition::alignment()`), shared when it is so and its
+/// grain also holds bytes of another block (at most one grain per block edge), remote otherwise.
 struct partition_locality {
     /// pages per node, of the whole range.
     page_histogram histogram;
-    std::size_t local = 0;    ///< touched pages on their block's node
-    std::size_t remote = 0;   ///< touched pages elsewhere
-    /// \returns local / touched (1 when nothing is touched).
+    std::size_t local = 0;    ///< touched pages on their owner's node, holding one block's bytes only
+    std::size_t remote = 0;   ///< touched pages elsewhere than their owner's node
+    std::size_t shared = 0;   ///< touched pages on their owner's node whose grain holds two blocks' bytes
+    /// \returns (local + shared) / touched: pages on their owner's node (1 when nothing is touched).
     double fraction() const noexcept {
-        std::size_t t = local + remote;
-        return t == 0 ? 1.0 : static_cast<double>(local) / static_cast<double>(t);
+        const std::size_t t = local + shared + remote;
+        return t == 0 ? 1.0 : static_cast<double>(local + shared) / static_cast<double>(t);
     }
 };
 
@@ -146,23 +150,79 @@ partition_locality locality(const T* data, std::size_t count, ExpectedNode&& exp
     return r;
 }
 
-/// \returns the histogram of the `part.element_count()` elements at `data` (all size() × row_length()
-/// elements of a rows partition) and how many touched pages are on the node of the block that owns
-/// them: element i's expected node is that of the block holding index i / row_length().
-/// `data` and `part` must share the element type (another one does not compile).
+namespace detail {
+/// \returns the locality of the elements [0, e.size()) at `data` against the element partition `e`: the
+/// owner of the small page at address x is the block owning the grain (e.alignment() bytes from `data`)
+/// of x's first byte in the range (`basic_partition::page_bytes`, in the split of e's whole allocation).
+template <class T>
+partition_locality partition_where(const T* data, const basic_partition& e, const topology& topo) {
+    partition_locality r;
+    r.histogram = empty_histogram(topo);
+    const std::size_t count = e.size(), s = sizeof(T);
+    if (count == 0) return r;
+    const std::size_t bytes = count * s, allocated = e.units() * e.unit_bytes(); // fit: checked when made
+    const std::size_t grain = e.alignment(), page = page_size(), blocks = e.block_count();
+    std::vector<std::size_t> owned(blocks + 1); // owned[k]: the first byte block k's pages start at
+    std::vector<std::size_t> starts;            // byte offsets where a non-empty block starts, but the first
+    for (std::size_t k = 0; k <= blocks; ++k) owned[k] = k < blocks ? e.page_bytes(k, allocated).first : e.page_bytes(blocks - 1, allocated).second;
+    for (std::size_t k = 0; k < blocks; ++k) {
+        const block b = e.block(k);
+        if (!b.empty() && b.begin != 0) starts.push_back(b.begin * s);
+    }
+    const auto base = reinterpret_cast<std::uintptr_t>(data);
+    const std::uintptr_t first_page = base / page * page;
+    std::size_t k = 0;
+    for_each_page_node(data, bytes, [&](std::size_t i, int status) {
+        const int id = count_page(r.histogram, status, topo);
+        if (status < 0) return;
+        const std::uintptr_t addr = first_page + i * page;
+        const std::size_t offset = addr <= base ? 0 : addr - base;
+        const std::size_t unit = offset / grain * grain, unit_end = std::min(bytes, unit + std::min(grain, bytes - unit));
+        if (owned[k] > unit) k = 0;
+        while (k + 1 < blocks && owned[k + 1] <= unit) ++k;
+        const auto next = std::upper_bound(starts.begin(), starts.end(), unit);
+        const bool two = next != starts.end() && *next < unit_end;
+        if (id < 0 || id != e.nodes()[k]) ++r.remote;
+        else if (two) ++r.shared;
+        else ++r.local;
+    });
+    return r;
+}
+inline void check_where_length(std::size_t count, std::size_t extent) {
+    if (count != extent)
+        throw_invalid("numaplace::where: a range of " + std::to_string(count) + " elements checked against a partition of " +
+                      std::to_string(extent) + " elements");
+}
+} // namespace detail
+
+/// \returns the histogram of the `part.element_count()` elements at `data` and how many touched pages are
+/// local, shared or remote (see `partition_locality`). `data` is where an allocation split by `part`
+/// starts (numaplace's allocations align it to `part.alignment()`). `data` and `part` must share the
+/// element type (another one does not compile).
+/// \throws std::system_error when the kernel refuses the page query.
 template <class T>
 partition_locality where(const T* data, const partition<T>& part, const topology& topo = topology::get()) {
-    const partition<T> e = part.elements();
-    const std::vector<block> blocks = e.blocks();
-    std::size_t k = 0; // pages come in address order: walk the blocks instead of searching
-    return locality(
-        data, e.size(),
-        [&](std::size_t i) {
-            if (k >= blocks.size() || i < blocks[k].begin) k = 0;
-            while (k < blocks.size() && blocks[k].end <= i) ++k;
-            return k < blocks.size() ? blocks[k].node : -1;
-        },
-        topo);
+    return detail::partition_where(data, part.untyped(), topo);
+}
+/// \returns the same for a matrix's `rows.element_count()` elements.
+template <class T>
+partition_locality where(const T* data, const row_partition<T>& rows, const topology& topo = topology::get()) {
+    return where(data, rows.elements(), topo);
+}
+/// \returns the same for a range of `count` elements at `data`, which must be the partition's extent.
+/// \throws invalid_placement when `count != part.element_count()` (a vector of m against a partition of
+/// m x n rows, say); std::system_error as above.
+template <class T>
+partition_locality where(const T* data, std::size_t count, const partition<T>& part, const topology& topo = topology::get()) {
+    detail::check_where_length(count, part.element_count());
+    return where(data, part, topo);
+}
+/// \returns the same for a matrix of `count` elements. \throws invalid_placement when `count !=
+/// rows.element_count()`.
+template <class T>
+partition_locality where(const T* data, std::size_t count, const row_partition<T>& rows, const topology& topo = topology::get()) {
+    detail::check_where_length(count, rows.element_count());
+    return where(data, rows.elements(), topo);
 }
 
 /// \returns the histogram of a contiguous container's elements (`c.data()`, `c.size()`).

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include <child.hpp>
+#include <time_scale.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -37,7 +38,7 @@ namespace {
 
 // What a forked child does: everything that takes a registry lock. \returns the exit code (0: all exact).
 int child_work(std::size_t salt) {
-    alarm(10); // a deadlock ends in SIGALRM, seen by the parent
+    alarm(static_cast<unsigned>(numaplace_test::scaled_seconds(10))); // a deadlock ends in SIGALRM, seen by the parent
     const np::node_set nodes = np::topology::get().with_cpus();
     std::vector<std::size_t> w(nodes.size(), 1000003 + salt); // a weight no one interned yet: an insert
     np::partition<double> p(4096, nodes, w);
@@ -263,7 +264,7 @@ TEST(fork_attack, child_after_one_tbb_started_uses_non_tbb_calls) {
         const pid_t pid = fork();
         ASSERT_NE(pid, -1);
         if (pid == 0) {
-            alarm(10);
+            alarm(static_cast<unsigned>(numaplace_test::scaled_seconds(10)));
             std::vector<int, np::node_allocator<int>> v(7, 3, np::node_allocator<int>(np::topology::get().with_cpus()[0]));
             const np::page_histogram h = np::where(v.data(), v.size() * sizeof(int));
             _exit(v[6] == 3 && h.pages == 1 ? child_work(static_cast<std::size_t>(3000 + i)) : 9);

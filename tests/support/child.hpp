@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "time_scale.hpp"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,16 +23,18 @@
 namespace numaplace_test {
 
 /// Waits for the child `pid`. \returns its exit code, 128 + signal, or 255 when it did not end within
-/// `seconds`: then its stacks go to stderr (when gdb is there to print them: a hang is a bug to find)
-/// and it is killed.
+/// `seconds` times NUMAPLACE_TIME_SCALE (time_scale.hpp): then its stacks go to stderr (when gdb is there
+/// to print them: a hang is a bug to find) and it is killed.
 inline int wait_child(pid_t pid, int seconds) {
     if (pid < 0) return -1;
     int status = 0;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(scaled_seconds(seconds));
     while (::waitpid(pid, &status, WNOHANG) == 0) {
         if (std::chrono::steady_clock::now() > deadline) {
             const std::string gdb = "command -v gdb >/dev/null && gdb -p " + std::to_string(pid) +
                                     " -batch -ex 'thread apply all bt' </dev/null 2>&1 | grep -v '^\\[' >&2";
+            std::fprintf(stderr, "child %d hung: not ended within %d s (%d s x NUMAPLACE_TIME_SCALE %d)\n", static_cast<int>(pid),
+                         scaled_seconds(seconds), seconds, time_scale());
             if (std::system(gdb.c_str()) != 0) std::fprintf(stderr, "(no stacks of the hung child %d)\n", static_cast<int>(pid));
             ::kill(pid, SIGKILL);
             ::waitpid(pid, &status, 0);
@@ -42,7 +46,7 @@ inline int wait_child(pid_t pid, int seconds) {
 }
 
 /// Runs `child()` in a forked process. \returns its exit code (98: it threw), 128 + signal, or 255 when
-/// it did not end within `seconds` (see wait_child).
+/// it did not end within `seconds` times the factor (see wait_child).
 template <class F>
 int run_child(F&& child, int seconds = 60) {
     const pid_t pid = ::fork();

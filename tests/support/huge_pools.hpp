@@ -5,8 +5,12 @@
 
 #include <numaplace/topology.hpp>
 
+#include <gtest/gtest.h>
+
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,6 +50,14 @@ inline std::vector<long> frees() {
     return f;
 }
 
+/// \returns whether a test may reserve pools: in a guest (NUMAPLACE_GUEST_LAYOUT set; its test process is
+/// root), or on a host that asks for it (NUMAPLACE_TEST_RESERVE_HUGE_PAGES=1).
+inline bool may_reserve() {
+    const char* guest = std::getenv("NUMAPLACE_GUEST_LAYOUT");
+    const char* asked = std::getenv("NUMAPLACE_TEST_RESERVE_HUGE_PAGES");
+    return (guest && *guest) || (asked && std::strcmp(asked, "1") == 0);
+}
+
 /// Sets node k's pool of 2 MiB pages to counts[k] pages, and back when it ends.
 class reserved_pools {
 public:
@@ -70,5 +82,12 @@ private:
 };
 
 } // namespace numaplace_test
+
+// Reserves the pools `counts` for the rest of the test as `name`, or skips where no pool may be reserved.
+#define NUMAPLACE_RESERVE_OR_SKIP(name, ...)                                                                             \
+    if (!numaplace_test::may_reserve())                                                                              \
+        GTEST_SKIP() << "reserves huge page pools: guests only (NUMAPLACE_TEST_RESERVE_HUGE_PAGES=1 on a host)";      \
+    numaplace_test::reserved_pools name(__VA_ARGS__);                                                                \
+    ASSERT_TRUE(name.ok()) << "could not reserve 2 MiB pages through " << numaplace_test::pool_file(0, "nr_hugepages")
 
 #endif

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 #include <child.hpp>
+#include <time_scale.hpp>
 #include <expect.hpp>
 #include <seccomp.hpp>
 
@@ -539,7 +540,7 @@ struct test_arenas {
     bool spread() const noexcept { return true; }
     tbb::task_arena* arena_for(int node) {
         if (calls++ == throw_at) {
-            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+            const auto until = std::chrono::steady_clock::now() + numaplace_test::scaled(std::chrono::seconds(10));
             while (gate && !gate() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
             throw std::bad_alloc();
         }

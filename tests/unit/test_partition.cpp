@@ -155,14 +155,14 @@ u192 mul(std::uint64_t a, wide b) {
     return u192{(p_lo >> 64) + p_hi, static_cast<std::uint64_t>(p_lo)};
 }
 
-// The documented automatic rule with THP on, exactly: the smallest weighted block's share of the bytes,
-// n × unit × smallest / total, spans at least 8 steps of lcm(unit, huge) bytes.
+// The documented automatic rule with THP on, exactly: the smallest weighted block's share of the units,
+// floor(n × smallest / total), spans at least 8 huge pages: floor(...) × unit >= 8 × huge, i.e.
+// n × smallest >= ceil(8 × huge / unit) × total.
 bool automatic_is_huge(std::size_t n, std::size_t unit, std::size_t smallest, wide total, std::size_t huge_bytes) {
-    const wide eight_steps = wide(8) * (unit / std::gcd(unit, huge_bytes)) * huge_bytes; // < 2^3 * 2^64 * 2^63
-    if (eight_steps >> 64) return false; // n × unit × smallest < 2^64 × total <= 8 steps × total
-    return !(mul(n * unit, smallest) < mul(static_cast<std::uint64_t>(eight_steps), total));
+    const wide eight = wide(8) * huge_bytes;
+    const wide need = (eight + unit - 1) / unit; // < 2^64
+    return !(mul(n, smallest) < mul(static_cast<std::uint64_t>(need), total));
 }
-
 struct oracle_args {
     std::size_t n, element_size, row_length;
     std::vector<std::size_t> weights;
@@ -194,13 +194,11 @@ std::string check_against_oracle(const basic_partition& p, const oracle_args& a)
             return "automatic alignment";
         }
     }
-    const std::size_t step = align / std::gcd(unit, align);
-    if (p.step() != step) return "step";
-    // blocks: contiguous, in node order, cover [0,n) once; inner edges aligned; each inner edge e_k
-    // satisfies e_k <= n*P_k/T < e_k + step (exact share rounded down to a step), so every block is within
-    // one step of n*w_k/T.
+    // blocks: contiguous, in node order, cover [0,n) once; each inner edge e_k is the exact share rounded
+    // up, n*P_k/T <= e_k < n*P_k/T + 1, so every block is within one index of n*w_k/T.
     wide prefix = 0;
     std::size_t expected_begin = 0;
+    std::vector<std::size_t> edge(a.weights.size() + 1, 0);
     for (std::size_t k = 0; k < a.weights.size(); ++k) {
         const block b = p.block(k);
         if (b.node != p.nodes()[k]) return "node order";
@@ -208,19 +206,29 @@ std::string check_against_oracle(const basic_partition& p, const oracle_args& a)
         if (a.weights[k] == 0 && !b.empty()) return "a zero-weight block is not empty at block " + std::to_string(k);
         prefix += a.weights[k];
         const std::size_t e = b.end;
-        if (prefix == total) {
-            if (e != a.n) return "edge after the last weight is not n at block " + std::to_string(k);
-        } else {
-            if (static_cast<wide>(e) * unit % align != 0) return "edge alignment at block " + std::to_string(k);
-            const u192 exact = mul(a.n, prefix);     // n * P_k (compare with e * T)
-            if (!(mul(e, total) <= exact)) return "edge above its exact share at block " + std::to_string(k);
-            // (e + step) * T > n * P_k; trivially true when e + step > SIZE_MAX >= n
-            if (static_cast<wide>(e) + step <= size_max && !(exact < mul(e + step, total)))
-                return "edge more than a step below its exact share at block " + std::to_string(k);
-        }
+        const u192 exact = mul(a.n, prefix); // n * P_k (compare with e * T)
+        if (mul(e, total) < exact) return "edge below its exact share at block " + std::to_string(k);
+        if (e != 0 && !(mul(e - 1, total) < exact)) return "edge a whole index above its exact share at block " + std::to_string(k);
         expected_begin = e;
+        edge[k + 1] = e;
     }
     if (expected_begin != a.n) return "coverage";
+    // pages: in an allocation of n units, grain j (align bytes) belongs to the block holding its first
+    // byte; block k's pages start at its first byte rounded up to a grain (0 for the first), the last one
+    // ends at the allocation's end rounded up to a small page.
+    const wide bytes = static_cast<wide>(a.n) * unit;
+    const wide end = (bytes + a.geometry.page - 1) / a.geometry.page * a.geometry.page;
+    if (end > size_max) return {}; // no allocation of that size exists
+    for (std::size_t k = 0; k < a.weights.size(); ++k) {
+        const auto range = p.page_bytes(k, static_cast<std::size_t>(bytes));
+        const auto at = [&](std::size_t j) -> wide {
+            if (j == 0) return 0;
+            if (j == a.weights.size()) return end;
+            const wide first = static_cast<wide>(edge[j]) * unit;
+            return std::min(end, (first + align - 1) / align * align);
+        };
+        if (range.first != at(k) || range.second != at(k + 1)) return "page range of block " + std::to_string(k);
+    }
     return {};
 }
 
@@ -349,20 +357,22 @@ TEST(partition, oracle_catches_a_wrong_split) {
 
 TEST(partition, weights_near_size_max_are_proportional) {
     const auto& topo = synthetic_n(3);
-    // {3, SIZE_MAX-1, 4}: the middle node takes everything but less than a step on each side
+    // {3, SIZE_MAX-1, 4}: the middle node takes everything but less than an index on each side (edges
+    // round up: node 0 keeps index 0, node 2 nothing)
     partition<char> p(1 << 30, node_set{0, 1, 2}, {3, size_max - 1, 4}, edge_alignment::page, topo, plain);
-    EXPECT_EQ(p.block(0), (block{0, 0, 0}));
-    EXPECT_EQ(p.block(1), (block{1, 0, (std::size_t(1) << 30) - 4096}));
-    EXPECT_EQ(p.block(2), (block{2, (std::size_t(1) << 30) - 4096, std::size_t(1) << 30}));
+    EXPECT_EQ(p.block(0), (block{0, 0, 1}));
+    EXPECT_EQ(p.block(1), (block{1, 1, std::size_t(1) << 30}));
+    EXPECT_EQ(p.block(2), (block{2, std::size_t(1) << 30, std::size_t(1) << 30}));
     // {2^63, 2^63}: legal (the sum overflows 64 bits), an even split
     partition<double> q(1 << 20, node_set{0, 1}, {std::size_t(1) << 63, std::size_t(1) << 63}, edge_alignment::page,
                         topo, plain);
     EXPECT_EQ(q.block(0), (block{0, 0, 1 << 19}));
     EXPECT_EQ(q.block(1), (block{1, 1 << 19, 1 << 20}));
-    // {SIZE_MAX, SIZE_MAX, SIZE_MAX} over a SIZE_MAX-byte range: thirds within a page
+    // {SIZE_MAX, SIZE_MAX, SIZE_MAX} over a SIZE_MAX-byte range: exact thirds (SIZE_MAX = 3 x 6148914691236517205)
     const basic_partition r(size_max, 1, 1, node_set{0, 1, 2}, {size_max, size_max, size_max}, edge_alignment::page,
                             topo, plain);
-    EXPECT_EQ(r.block(0).end, size_max / 3 / 4096 * 4096);
+    EXPECT_EQ(r.block(0).end, size_max / 3);
+    EXPECT_EQ(r.block(1).end, size_max / 3 * 2);
     EXPECT_EQ(r.block(2).end, size_max);
 }
 
@@ -512,10 +522,9 @@ TEST(partition, property_automatic_edges_match_exact_arithmetic) {
             total += x;
             if (x && (!smallest || x < smallest)) smallest = x;
         }
-        // the smallest n with n × unit × smallest >= 8 × lcm(unit, huge) × total (fits: < 2^3+2^52+2^66)
-        const wide eight_steps = wide(8) * (unit / std::gcd(unit, g.huge)) * g.huge;
-        const wide den = wide(unit) * smallest;
-        const wide threshold = (eight_steps * total + den - 1) / den;
+        // the smallest n with floor(n × smallest / total) × unit >= 8 × huge: n × smallest >= need × total
+        const wide need = (wide(8) * g.huge + unit - 1) / unit;
+        const wide threshold = (need * total + smallest - 1) / smallest;
         const std::size_t max_n = size_max / unit;
         std::vector<std::size_t> sizes = {0, 1, max_n, max_n - 1};
         for (std::size_t d = 0; d < 3; ++d)
@@ -528,12 +537,13 @@ TEST(partition, property_automatic_edges_match_exact_arithmetic) {
             (huge_edges ? huge_cases : page_cases) += 1;
             if (why.empty() && huge_edges)
                 for (std::size_t k = 0; k < p.block_count(); ++k)
-                    if (w[k] != 0 && p.block(k).size() < 8 * p.step()) why = "huge edges, a weighted block below 8 steps";
-            if (why.empty() && !huge_edges) { // some weighted share is below 8 steps: n × unit × w_k < 8 lcm × T
+                    if (w[k] != 0 && (wide(p.block(k).size()) + 1) * unit < wide(8) * g.huge)
+                        why = "huge grain, a weighted block below 8 huge pages";
+            if (why.empty() && !huge_edges) { // some weighted share is below 8 huge pages: n × w_k < need × T
                 bool below = false;
                 for (std::size_t x : w)
-                    if (x && !(eight_steps >> 64) && mul(n * unit, x) < mul(static_cast<std::uint64_t>(eight_steps), total)) below = true;
-                if (!below && !(eight_steps >> 64)) why = "page edges, yet every weighted share spans 8 steps";
+                    if (x && mul(n, x) < mul(static_cast<std::uint64_t>(need), total)) below = true;
+                if (!below) why = "small-page grain, yet every weighted share spans 8 huge pages";
             }
             if (!why.empty() && failures++ == 0) {
                 first_failure = why + " (n " + std::to_string(n) + ", unit " + std::to_string(unit) + ", weights";
@@ -556,20 +566,19 @@ TEST(partition, rows_partition_splits_whole_rows) {
     EXPECT_EQ(rows.size(), m);
     EXPECT_EQ(rows.row_length(), n);
     EXPECT_EQ(rows.element_count(), m * n);
-    // 16000-byte rows: lcm(16000, 4096) = 512000 bytes = 32 rows per step
-    EXPECT_EQ(rows.step(), 32u);
-    EXPECT_EQ(rows.block(0), (block{0, 0, 992}));   // 1000 rounded down to 32 rows
-    EXPECT_EQ(rows.block(1), (block{1, 992, 2000}));
+    // exact halves, whatever the row's bytes (16000: not a whole number of pages)
+    EXPECT_EQ(rows.block(0), (block{0, 0, 1000}));
+    EXPECT_EQ(rows.block(1), (block{1, 1000, 2000}));
     const auto e = rows.elements();
     EXPECT_EQ(e.size(), m * n);
     EXPECT_EQ(e.row_length(), 1u);
-    EXPECT_EQ(e.block(0), (block{0, 0, 992 * n}));
-    EXPECT_EQ(e.block(1), (block{1, 992 * n, m * n}));
+    EXPECT_EQ(e.block(0), (block{0, 0, 1000 * n}));
+    EXPECT_EQ(e.block(1), (block{1, 1000 * n, m * n}));
     EXPECT_EQ(e.elements(), e);
-    EXPECT_EQ(e.block_of(992 * n - 1).node, 0);
-    EXPECT_EQ(e.block_of(992 * n).node, 1);
-    // element partition of the same M*N elements is a different split (edges need not be row edges)
-    const partition<double> flat(m * n, node_set{0, 1}, {}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(e.block_of(1000 * n - 1).node, 0);
+    EXPECT_EQ(e.block_of(1000 * n).node, 1);
+    // element partition of the same M*N elements with other weights: edges need not be row edges
+    const partition<double> flat(m * n, node_set{0, 1}, {2, 1}, edge_alignment::page, topo, plain);
     EXPECT_NE(flat.block(0).end % n, 0u);
     // an element view resized to a partial number of rows splits ceil(m / n) whole rows
     const auto grown = e.resized(m * n + 5);
@@ -730,8 +739,8 @@ TEST(partition_attack, rows_at_the_edges) {
 TEST(partition_attack, huge_element_types) {
     partition<big_page> a(5);
     expect_tiles(a);
-    // edges on page boundaries: lcm(4104, page) bytes per step
-    EXPECT_EQ(a.step(), np::detail::page_size() / std::gcd(sizeof(big_page), np::detail::page_size()));
+    // five elements, one per node share, whatever their size against a page
+    EXPECT_EQ(a.alignment(), np::detail::page_size());
     partition<huge_elem> h(3);
     expect_tiles(h);
 }
@@ -800,4 +809,154 @@ TEST(partition_attack, many_threads_intern_the_same_and_distinct_layouts) {
         });
     for (auto& th : threads) th.join();
     for (const auto& p : same) EXPECT_EQ(p, same[0]);
+}
+
+// --- Issue 47: the shapes real codes have. Compute edges exact whatever the row's bytes; pages follow.
+namespace {
+std::vector<std::size_t> block_sizes(const std::vector<block>& blocks) {
+    std::vector<std::size_t> v;
+    for (const block& b : blocks) v.push_back(b.size());
+    return v;
+}
+} // namespace
+
+TEST(partition_shapes, rows_100_by_1001_on_two_nodes_give_node_0_its_half) {
+    const auto rows = partition<double>::rows(100, 1001, node_set{0, 1}, {}, edge_alignment::automatic, synthetic(2), plain);
+    EXPECT_EQ(block_sizes(rows.blocks()), (std::vector<std::size_t>{50, 50}));
+    // the pages: row 50 starts at byte 50 x 8008 = 400400, inside page 97 (397312..401408): node 0 owns it
+    const auto e = rows.elements();
+    const std::size_t bytes = 100 * 1001 * 8;
+    EXPECT_EQ(e.untyped().page_bytes(0, bytes), (std::pair<std::size_t, std::size_t>{0, 98 * 4096}));
+    EXPECT_EQ(e.untyped().page_bytes(1, bytes), (std::pair<std::size_t, std::size_t>{98 * 4096, 196 * 4096}));
+    EXPECT_EQ(block_sizes(partition<double>::rows(40, 1001, node_set{0, 1}, {}, edge_alignment::automatic, synthetic(2), plain).blocks()),
+              (std::vector<std::size_t>{20, 20}));
+}
+
+TEST(partition_shapes, rows_4000_by_1025_on_eight_nodes_are_500_each) {
+    const auto& topo = synthetic(8);
+    for (std::size_t len : {1025u, 2050u, 1000u}) {
+        const auto rows = partition<double>::rows(4000, len, topo.all(), {}, edge_alignment::automatic, topo, thp_madvise);
+        EXPECT_EQ(block_sizes(rows.blocks()), std::vector<std::size_t>(8, 500)) << len;
+    }
+    EXPECT_EQ(block_sizes(partition<double>::rows(1000, 3000, node_set{0, 1}, {}, edge_alignment::automatic, synthetic(2), plain).blocks()),
+              (std::vector<std::size_t>{500, 500}));
+    // 17 rows of 800 KB over 8 nodes: 3 2 2 2 2 2 2 2 (within one row of 17/8 each)
+    EXPECT_EQ(block_sizes(partition<double>::rows(17, 100003, topo.all(), {}, edge_alignment::automatic, topo, plain).blocks()),
+              (std::vector<std::size_t>{3, 2, 2, 2, 2, 2, 2, 2}));
+    EXPECT_EQ(block_sizes(partition<double>(10000, topo.all(), {}, edge_alignment::automatic, topo, plain).blocks()),
+              std::vector<std::size_t>(8, 1250));
+}
+
+TEST(partition_shapes, huge_grain_moves_no_compute_edge) {
+    // 2 x 16 huge pages of char over 2 nodes, THP madvise: a huge grain, edges exact, the shared huge
+    // page (if the edge falls inside one) owned by the block holding its first byte
+    const auto& topo = synthetic(2);
+    const std::size_t n = 32 * 2 * mib + 12345;
+    const basic_partition p(n, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::automatic, topo, thp_madvise);
+    EXPECT_EQ(p.alignment(), 2 * mib);
+    EXPECT_EQ(p.block(0).end, (n + 1) / 2);
+    const auto r0 = p.page_bytes(0, n), r1 = p.page_bytes(1, n);
+    EXPECT_EQ(r0.first, 0u);
+    EXPECT_EQ(r0.second, ((n + 1) / 2 + 2 * mib - 1) / (2 * mib) * (2 * mib));
+    EXPECT_EQ(r1.first, r0.second);
+    EXPECT_EQ(r1.second, (n + 4095) / 4096 * 4096);
+}
+
+TEST(partition_shapes, a_block_below_a_page_owns_no_page_and_index_0_is_the_first_weighted_blocks) {
+    const auto& topo = synthetic(4);
+    // 10 doubles over 4 nodes: edges ceil(10k/4) = 3 5 8, blocks 3 2 3 2; the one page belongs to node 0
+    const partition<double> p(10, topo.all(), {}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(block_sizes(p.blocks()), (std::vector<std::size_t>{3, 2, 3, 2}));
+    EXPECT_EQ(p.untyped().page_bytes(0, 80), (std::pair<std::size_t, std::size_t>{0, 4096}));
+    for (std::size_t k = 1; k < 4; ++k) EXPECT_EQ(p.untyped().page_bytes(k, 80).first, p.untyped().page_bytes(k, 80).second);
+    // a leading zero weight: index 0 is in the first weighted block, whose node is the heap's home
+    const partition<double> z(1, topo.all(), {0, 5, 5, 5}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(z.block_of(0).node, 1);
+    EXPECT_EQ(np::partitioned(z).home_node(), 1);
+}
+
+TEST(partition_work, csr_rows_split_by_nonzeros_within_one_rows_work) {
+    // strongly uneven rows: row i has i % 97 == 0 ? 5000 : 1 + i % 7 non-zeros
+    const std::size_t m = 10007;
+    std::vector<long> row_ptr(m + 1, 0);
+    for (std::size_t i = 0; i < m; ++i) row_ptr[i + 1] = row_ptr[i] + (i % 97 == 0 ? 5000 : 1 + long(i % 7));
+    const auto& topo = synthetic(4);
+    const auto rows = partition<double>::by_work(m, row_ptr.data(), topo.all(), {}, edge_alignment::automatic, topo);
+    ASSERT_EQ(rows.size(), m);
+    const long total = row_ptr[m];
+    for (std::size_t k = 0; k < 4; ++k) {
+        const block b = rows.block(k);
+        const long work = row_ptr[b.end] - row_ptr[b.begin];
+        long max_row = 0;
+        for (std::size_t i = b.begin == 0 ? 0 : b.begin - 1; i < std::min(m, b.end + 1); ++i) max_row = std::max(max_row, row_ptr[i + 1] - row_ptr[i]);
+        EXPECT_LE(std::abs(work - total / 4), max_row) << k;
+    }
+    // col and val follow the rows exactly: block k of val = the non-zeros of block k's rows
+    const auto val = rows.mapped<double>(row_ptr.data());
+    const auto col = rows.mapped<int>(row_ptr.data());
+    ASSERT_EQ(val.size(), std::size_t(total));
+    for (std::size_t k = 0; k < 4; ++k) {
+        const block b = rows.block(k);
+        EXPECT_EQ(val.block(k), (block{b.node, std::size_t(row_ptr[b.begin]), std::size_t(row_ptr[b.end])}));
+        EXPECT_EQ(col.block(k), val.block(k));
+        EXPECT_EQ(rows.as<int>().block(k), b);
+    }
+    // a decreasing prefix is refused
+    std::vector<long> bad = {0, 3, 2};
+    EXPECT_THROW(partition<double>::by_work(2, bad.data(), topo.all(), {}, edge_alignment::automatic, topo), np::invalid_placement);
+}
+
+TEST(partition_work, property_work_partitions_against_a_brute_force_oracle) {
+    // the oracle: each cut the index whose prefix is nearest the exact target (ties low), by scanning
+    std::mt19937_64 rng(20261207);
+    auto pick = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(rng); };
+    std::size_t failures = 0;
+    std::string first;
+    for (int it = 0; it < 3000; ++it) {
+        const std::size_t nodes = pick(1, 8), n = pick(0, 300);
+        const topology& topo = synthetic_n(nodes);
+        std::vector<std::size_t> prefix(n + 1, 0);
+        const std::size_t kind = pick(0, 2);
+        for (std::size_t i = 0; i < n; ++i)
+            prefix[i + 1] = prefix[i] + (kind == 0 ? pick(0, 3) : kind == 1 ? pick(1, 1000) : (pick(0, 20) == 0 ? 100000 : pick(0, 1)));
+        std::vector<std::size_t> w(nodes);
+        for (auto& x : w) x = pick(0, 2) == 0 ? 0 : pick(1, 9);
+        if (std::all_of(w.begin(), w.end(), [](std::size_t x) { return x == 0; })) w[0] = 1;
+        const auto p = partition<char>::by_work(n, prefix.data(), topo.all(), w, edge_alignment::page, topo);
+        std::size_t sum = 0, cum = 0, at = 0;
+        for (std::size_t x : w) sum += x;
+        std::string why;
+        if (p.size() != n) why = "size";
+        for (std::size_t k = 0; k < nodes && why.empty(); ++k) {
+            if (p.block(k).begin != at) why = "begin";
+            cum += w[k];
+            std::size_t cut = n;
+            if (k + 1 < nodes) { // nearest |prefix[i] x sum - total x cum| over i >= at, ties low
+                const wide target = wide(prefix[n]) * cum;
+                cut = at;
+                wide best = ~wide(0);
+                for (std::size_t i = at; i <= n; ++i) {
+                    const wide v = wide(prefix[i]) * sum, d = v > target ? v - target : target - v;
+                    if (d < best) { best = d; cut = i; }
+                }
+            }
+            if (p.block(k).end != cut) why = "cut " + std::to_string(k) + ": " + std::to_string(p.block(k).end) + " against " + std::to_string(cut);
+            at = cut;
+        }
+        if (!why.empty() && failures++ == 0) first = why + " (n " + std::to_string(n) + ", nodes " + std::to_string(nodes) + ")";
+    }
+    EXPECT_EQ(failures, 0u) << first;
+}
+
+TEST(partition_rows, rows_are_a_type_of_their_own_and_per_row_splits_the_vector_of_a_row) {
+    static_assert(!std::is_same<decltype(partition<double>::rows(1, 1)), partition<double>>::value, "rows: a type of their own");
+    const auto& topo = synthetic(2);
+    const auto rows = partition<double>::rows(100, 1001, node_set{0, 1}, {}, edge_alignment::automatic, topo, plain);
+    const partition<double> y = rows.per_row();
+    EXPECT_EQ(y.size(), 100u);
+    EXPECT_EQ(y.block(0), rows.block(0));
+    EXPECT_EQ(y.block(1), rows.block(1));
+    EXPECT_EQ(rows.elements().size(), 100u * 1001u);
+    EXPECT_EQ(rows.per_row<float>().block(1), rows.block(1));
+    EXPECT_THROW(np::row_partition<double>::from_untyped(rows.elements().untyped()), np::invalid_placement);
 }

@@ -645,7 +645,7 @@ TEST(replace, rows_partition_moves_whole_rows_per_block) {
     std::vector<double> a(m * n);
     for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<double>(i % 97);
     const std::uint64_t sum = checksum(a.data(), a.size());
-    const partition<double> rows = partition<double>::rows(m, n, topology::get().with_cpus(), {}, edge_alignment::page);
+    const row_partition<double> rows = partition<double>::rows(m, n, topology::get().with_cpus(), {}, edge_alignment::page);
     replace_report r = replace(a.data(), rows);
     EXPECT_TRUE(r.complete()) << r.summary();
     EXPECT_EQ(checksum(a.data(), a.size()), sum);

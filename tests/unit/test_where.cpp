@@ -1,5 +1,6 @@
 #include <numaplace/allocator.hpp>
 #include <numaplace/memory.hpp>
+#include <numaplace/parallel_for.hpp>
 #include <numaplace/where.hpp>
 
 #include <gtest/gtest.h>
@@ -14,6 +15,10 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
 
 namespace np = numaplace;
 using namespace numaplace;
@@ -174,4 +179,88 @@ TEST(where_attack, ranges_at_the_edges) {
     const np::page_histogram h = np::where(reinterpret_cast<void*>(page * 16), 2 * page);
     EXPECT_EQ(h.pages, 2u);
     EXPECT_EQ(h.untouched, 2u);
+}
+
+// --- Issue 47: pages follow exact compute edges. Placed by the allocator, then checked page by page
+// with move_pages(2) itself against an owner computed here: the block holding the page's first byte.
+namespace {
+std::vector<int> raw_page_nodes(const void* p, std::size_t pages) {
+    const std::size_t page = detail::page_size();
+    std::vector<void*> addresses(pages);
+    std::vector<int> status(pages, -1);
+    for (std::size_t i = 0; i < pages; ++i) addresses[i] = static_cast<char*>(const_cast<void*>(p)) + i * page;
+    EXPECT_EQ(syscall(SYS_move_pages, 0, pages, addresses.data(), nullptr, status.data(), 0), 0);
+    return status;
+}
+} // namespace
+
+TEST(where_shapes, odd_rows_pages_on_the_block_of_their_first_byte_page_by_page) {
+    const auto& topo = topology::get();
+    if (topo.size() < 2) GTEST_SKIP() << "needs two nodes";
+    if (!topo.capabilities().page_query) GTEST_SKIP() << "move_pages query refused";
+    const std::size_t page = detail::page_size();
+    struct shape { std::size_t m, len; };
+    for (const shape s : {shape{100, 1001}, shape{40, 1001}, shape{333, 1025}, shape{17, 100003}, shape{7, 3}, shape{1000, 3000}}) {
+        const auto rows = partition<double>::rows(s.m, s.len, topo.all(), std::vector<std::size_t>(topo.size(), 1),
+                                                  edge_alignment::page);
+        for (std::size_t k = 0; k < rows.block_count(); ++k) // compute edges exact: within one row of m / nodes
+            EXPECT_LE(rows.block(k).size(), s.m / topo.size() + 1) << s.m << " x " << s.len;
+        partitioned_vector<double> a(s.m * s.len, partitioned_allocator<double>(rows));
+        std::fill(a.begin(), a.end(), 1.0); // one thread writes: the binding decides
+        const std::size_t bytes = a.size() * sizeof(double), pages = (bytes + page - 1) / page;
+        const std::vector<int> status = raw_page_nodes(a.data(), pages);
+        std::size_t wrong = 0, straddling = 0;
+        for (std::size_t i = 0; i < pages; ++i) {
+            const std::size_t row = i * page / sizeof(double) / s.len;
+            const block owner = rows.block_of(row);
+            wrong += status[i] != static_cast<int>(topo.at(owner.node).os_index);
+            const std::size_t last_row = (std::min(bytes, (i + 1) * page) - 1) / sizeof(double) / s.len;
+            straddling += rows.block_of(last_row).node != owner.node;
+        }
+        EXPECT_EQ(wrong, 0u) << s.m << " x " << s.len;
+        const partition_locality loc = where(a.data(), a.size(), rows);
+        EXPECT_EQ(loc.remote, 0u) << s.m << " x " << s.len;
+        EXPECT_EQ(loc.shared, straddling) << s.m << " x " << s.len;
+        EXPECT_EQ(loc.local + loc.shared, pages);
+        EXPECT_LE(loc.shared, topo.size() - 1); // at most one page per edge
+    }
+}
+
+TEST(where_shapes, a_csr_matrix_split_by_nonzeros_places_col_and_val_with_their_rows) {
+    const auto& topo = topology::get();
+    if (topo.size() < 2) GTEST_SKIP() << "needs two nodes";
+    if (!topo.capabilities().page_query) GTEST_SKIP() << "move_pages query refused";
+    const std::size_t m = 5003;
+    std::vector<long> row_ptr(m + 1, 0);
+    for (std::size_t i = 0; i < m; ++i) row_ptr[i + 1] = row_ptr[i] + (i % 61 == 0 ? 3000 : 1 + long(i % 5));
+    const auto rows = partition<double>::by_work(m, row_ptr.data(), topo.all(), std::vector<std::size_t>(topo.size(), 1));
+    const auto val_part = rows.mapped<double>(row_ptr.data());
+    partitioned_vector<double> val(val_part.size(), partitioned_allocator<double>(val_part));
+    std::fill(val.begin(), val.end(), 2.0);
+    const std::size_t page = detail::page_size(), pages = (val.size() * sizeof(double) + page - 1) / page;
+    const std::vector<int> status = raw_page_nodes(val.data(), pages);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < pages; ++i) { // the owner: the row whose non-zeros hold the page's first byte
+        const auto nz = static_cast<long>(i * page / sizeof(double));
+        const auto row = static_cast<std::size_t>(std::upper_bound(row_ptr.begin(), row_ptr.end(), nz) - row_ptr.begin() - 1);
+        wrong += status[i] != static_cast<int>(topo.at(rows.block_of(row).node).os_index);
+    }
+    EXPECT_EQ(wrong, 0u);
+    EXPECT_EQ(where(val.data(), val.size(), val_part).remote, 0u);
+}
+
+TEST(where_shapes, a_range_of_another_length_than_its_partition_is_refused) {
+    const auto rows = partition<double>::rows(100, 1001);
+    std::vector<double> y(100, 0.0);
+    EXPECT_THROW((void)where(y.data(), y.size(), rows), invalid_placement);
+    EXPECT_THROW((void)where(y.data(), 99, rows.per_row()), invalid_placement);
+    EXPECT_NO_THROW((void)where(y.data(), y.size(), rows.per_row()));
+    // the natural mistake, a DGEMV's y made with the matrix's partition: refused at construction
+    EXPECT_THROW((partitioned_vector<double>(100, partitioned_allocator<double>(rows))), invalid_placement);
+    EXPECT_THROW((partitioned_vector<double>(1000, partitioned_allocator<double>(partition<double>::rows(1000, 1000)))),
+                 invalid_placement);
+    partitioned_vector<double> a(100 * 1001, partitioned_allocator<double>(rows));
+    EXPECT_EQ(a.size(), 100u * 1001u);
+    partitioned_vector<double> yy(100, partitioned_allocator<double>(rows.per_row()));
+    EXPECT_EQ(partition_of(yy).block(0), rows.block(0));
 }

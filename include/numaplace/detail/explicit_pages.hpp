@@ -83,41 +83,35 @@ inline bool weighted_on_pages(void* p, std::size_t bytes, const node_set& nodes,
     return all;
 }
 
-/// \effects `partitioned::apply` on explicit pages: the blocks of `part` (the split of `bytes`, edges on
-/// the explicit page) on `pages` from their own nodes' pools, every pool checked before anything is
-/// mapped; `layout` recorded for replace (buffer_record.hpp). Strict throws placement_error (ENOMEM: a
-/// pool short, naming the node, page size and free pages; EINVAL: a node with a weight holds less than
-/// one page); degrading records it and puts those blocks on transparent pages.
-/// \returns false if degraded.
+/// \returns the whole explicit pages of `page` bytes each block of `part` (the split of `bytes`, grain on
+/// the explicit page) owns, one count per node of `part`: its `page_bytes` range in whole pages (the
+/// allocation's tail below a page is on small pages). What `partitioned::with_pages` maps and what
+/// `compared_placement::unavailable` predicts, decided here once.
+inline std::vector<std::size_t> explicit_pages_needed(const basic_partition& part, std::size_t bytes, std::size_t page) {
+    std::vector<std::size_t> need(part.block_count(), 0);
+    for (std::size_t k = 0; k < part.block_count(); ++k) {
+        const auto range = part.page_bytes(k, bytes);
+        need[k] = (range.second - range.first) / page;
+    }
+    return need;
+}
+
+/// \effects `partitioned::apply` on explicit pages: the pages each block of `part` (the split of `bytes`,
+/// grain on the explicit page) owns on `pages` from its own node's pool, every pool checked before
+/// anything is mapped; `layout` recorded for replace (buffer_record.hpp). A block's range below one
+/// explicit page (or its tail) is on small pages. Strict throws placement_error (ENOMEM: a pool short,
+/// naming the node, page size and free pages); degrading records it and puts those blocks on transparent
+/// pages. \returns false if degraded.
 inline bool partitioned_on_pages(void* p, std::size_t bytes, const basic_partition& part, const basic_partition& layout,
                              fallback fb, numaplace::page_size pages) {
-    const std::size_t page = part.alignment(), s = part.unit_bytes(), count = part.block_count();
+    const std::size_t page = part.alignment();
     const numaplace::page_size block_pages = pages == numaplace::page_size::largest_explicit ? numaplace::page_size::explicit_2m : pages;
-    std::size_t last = count;
-    for (std::size_t k = 0; k < count; ++k)
-        if (!part.block(k).empty()) last = k;
-    // the pages each node's pool must give, and nodes with a weight but less than one page
     const node_set& nodes = part.nodes();
-    std::vector<std::size_t> need(nodes.size(), 0);
-    std::string small;
-    int small_node = -1;
-    for (std::size_t k = 0; k < count; ++k) {
-        const block b = part.block(k);
-        const std::size_t from = b.begin * s, to = k == last ? memory::page_round(bytes) : b.end * s;
-        if (part.weights()[k] != 0 && (b.empty() || to - from < page) && small.empty()) {
-            small_node = nodes[k];
-            small = "partitioned on explicit " + page_bytes_name(page) + " pages: the block of node " +
-                    std::to_string(nodes[k]) + " holds " + (b.empty() ? std::string("nothing") : std::to_string(to - from) + " bytes") +
-                    ", less than one page (" + std::to_string(bytes) + " bytes over " + std::to_string(nodes.size()) + " nodes)";
-        }
-        if (!b.empty()) need[k] = (to - from) / page;
-    }
+    std::vector<std::size_t> need = explicit_pages_needed(part, bytes, page);
     int short_node = -1;
     const std::string shortage = pools_short(page, nodes, need, short_node);
-    if (fb == fallback::strict && !small.empty()) throw_placement(small_node, bytes, EINVAL, small);
     if (fb == fallback::strict && !shortage.empty())
         throw_placement(short_node, bytes, ENOMEM, "partitioned: " + shortage);
-    if (!small.empty()) degradation_log::instance().record(small + ": placed as split");
     placed_buffers::instance().placed(p, memory::page_round(bytes), layout); // replace.hpp reads it
     if (!shortage.empty()) // which nodes: record each
         for (std::size_t k = 0; k < nodes.size(); ++k) {
@@ -126,20 +120,17 @@ inline bool partitioned_on_pages(void* p, std::size_t bytes, const basic_partiti
                 degradation_log::instance().record("partitioned: " + why + ": the block of node " + std::to_string(nodes[k]) +
                                                    " on transparent huge pages (THP " + topology::get().capabilities().thp + ") or small pages");
                 need[k] = 0; // marks the block: transparent
-            } else {
-                need[k] = need[k] == 0 ? 0 : 1;
             }
         }
-    bool all = small.empty() && shortage.empty();
+    bool all = shortage.empty();
     auto* base = static_cast<char*>(p);
-    for (std::size_t k = 0; k < count; ++k) {
-        const block b = part.block(k);
-        if (b.empty()) continue;
-        const std::size_t from = b.begin * s, to = k == last ? memory::page_round(bytes) : b.end * s;
-        const bool on_explicit = to - from >= page && (shortage.empty() || need[k] != 0);
-        if (!on_explicit) os_advise(base + from, to - from, page_advice::huge_pages);
-        all = place_on_pages(base + from, to - from, memory::policy_mode::bind, node_set{b.node}, fb,
-                             on_explicit ? block_pages : numaplace::page_size::transparent, "partitioned: ", true) && all;
+    for (std::size_t k = 0; k < part.block_count(); ++k) {
+        const auto range = part.page_bytes(k, bytes);
+        if (range.first == range.second) continue;
+        // its whole explicit pages (place_on_pages puts a tail below one page on small pages), or none
+        if (need[k] == 0) os_advise(base + range.first, range.second - range.first, page_advice::huge_pages);
+        all = place_on_pages(base + range.first, range.second - range.first, memory::policy_mode::bind, node_set{nodes[k]},
+                             fb, need[k] != 0 ? block_pages : numaplace::page_size::transparent, "partitioned: ", true) && all;
     }
     return all;
 }

@@ -7,7 +7,8 @@
 /// allocation of the same placement, size and alignment: their pages are where that placement put
 /// them, so a block is reused only for the very same layout. Given back when unused for
 /// `large_decay_ms`, oldest first beyond the larger of `placed_cache_floor` and the bytes of own
-/// mappings in use, and by release_cached_memory(). Design: docs/heap.md.
+/// mappings in use, and by release_cached_memory(); blocks on explicit huge pages also when a request
+/// finds their pools short (`relieve_pools`). Design: docs/heap.md, docs/huge-pages.md.
 
 #include "config.hpp"
 #include "fork.hpp"
@@ -16,6 +17,7 @@
 #include "linux.hpp"
 #include "moved_ranges.hpp"
 #include "../memory.hpp"
+#include "../topology.hpp"
 
 #include <atomic>
 #include <cstddef>
@@ -52,6 +54,13 @@ int explicit_owner(const P& p) noexcept {
     (void)p;
     return 0;
 }
+
+/// Which explicit huge pages a cached block may hold: none (`page` 0: small pages), pages of `page` bytes
+/// (SIZE_MAX: of any explicit size, `largest_explicit`) from the pool of `node` (-1: any node's).
+struct pool_pages {
+    std::size_t page = 0;
+    int node = -1;
+};
 
 /// The process's cache of freed own mappings, under one mutex: a fixed table (nothing is allocated).
 class placed_cache {
@@ -115,11 +124,12 @@ public:
         std::lock_guard<std::mutex> lock(mutex_);
         in_use_ = in_use_ > bytes ? in_use_ - bytes : 0;
     }
-    /// \effects takes back a block of `bytes` at `alignment` placed by `placement`: kept for reuse (no
-    /// longer a placed buffer for replace: see buffer_record.hpp), or unmapped beyond the bound (the
-    /// oldest first) or when the placement says it cannot be reused. Never allocates.
+    /// \effects takes back a block of `bytes` at `alignment` placed by `placement`, holding `pool` (its
+    /// explicit pages, given back by `relieve_pools` when a request finds their pools short): kept for
+    /// reuse (no longer a placed buffer for replace: see buffer_record.hpp), or unmapped beyond the bound
+    /// (the oldest first) or when the placement says it cannot be reused. Never allocates.
     template <class P>
-    void give(const P& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+    void give(const P& placement, void* p, std::size_t bytes, std::size_t alignment, pool_pages pool = {}) noexcept {
         if constexpr (has_reuse_hooks<P>::value) {
             if (!placement.reusable(p)) {
                 gone(bytes);
@@ -162,6 +172,7 @@ public:
                 slot->freed_at = now;
                 slot->tag = &tag<P>::id;
                 slot->owner = explicit_owner(placement);
+                slot->pool = pool;
                 ::new (static_cast<void*>(slot->key)) P(placement);
                 cached_ += length;
                 p = nullptr;
@@ -201,6 +212,30 @@ public:
         placed_cache* c = cell().peek();
         return c && c->release_all(false);
     }
+    /// \effects unmaps the cached blocks that may hold explicit pages of `page` bytes from the pools of
+    /// `nodes` (of any node with `any_node`), so that a request counts them free (place.hpp's
+    /// pool_shortage). \returns whether a block was unmapped. Never allocates; waits for the cache's lock,
+    /// which nobody holds while mapping (nor while admitting: the caller holds no lock).
+    bool release_pool_pages(std::size_t page, const node_set& nodes, bool any_node) noexcept {
+        void* victims[slots];
+        std::size_t n = 0, victim_bytes[slots];
+        {
+            std::lock_guard<std::mutex> lock(mutex_);
+            for (entry& e : table_)
+                if (e.p && inherited(e)) forget(e); // the parent's pages: nothing to give back here
+                else if (e.p && e.pool.page != 0 && (e.pool.page == page || e.pool.page == SIZE_MAX) &&
+                         (any_node || e.pool.node < 0 || nodes.contains(e.pool.node)))
+                    evict(e, victims, victim_bytes, n);
+        }
+        for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
+        return n != 0;
+    }
+    /// \effects release_pool_pages on the process's cache, if made: the pool relief of memory.hpp.
+    /// \returns whether a block was unmapped.
+    static bool relieve_pools(std::size_t page, const node_set& nodes, bool any_node) noexcept {
+        placed_cache* c = cell().peek();
+        return c && c->release_pool_pages(page, nodes, any_node);
+    }
     /// \returns the bytes cached now.
     std::size_t cached_bytes() noexcept {
         std::lock_guard<std::mutex> lock(mutex_);
@@ -218,11 +253,13 @@ private:
         std::int64_t freed_at = 0;
         const char* tag = nullptr;
         int owner = 0; // explicit huge pages: the process that mapped them (0: any)
+        pool_pages pool; // the explicit pages it holds
         alignas(std::max_align_t) unsigned char key[key_bytes] = {};
     };
 
     placed_cache() noexcept {
         address_space_reliefs[relief_placed_cache].store(&placed_cache::relieve_address_space, std::memory_order_release);
+        pool_relief.store(&placed_cache::relieve_pools, std::memory_order_release);
     }
 
     entry* oldest() noexcept {

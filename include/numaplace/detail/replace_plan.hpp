@@ -77,32 +77,26 @@ inline replace_plan make_plan(const void* p, std::size_t bytes, const topology& 
 }
 
 /// \effects runs of a partition `e` (element indexes) over elements of `element_size` bytes at
-/// plan.begin: page i goes to the block of the element at its start (element 0 for the first page).
+/// plan.begin: page i goes to the block owning the grain (e.alignment() bytes from plan.begin) of its
+/// first byte in the range (`basic_partition::page_bytes`, the first page to the first block), as the
+/// placement and `where` have it.
 inline void plan_partition(replace_plan& plan, const basic_partition& e, std::size_t element_size) {
+    (void)element_size; // e's unit bytes
+    if (plan.pages == 0 || e.block_count() == 0) return;
     const std::size_t page = plan.page_size();
-    const std::size_t count = e.size();
-    std::size_t k = 0;
-    const std::size_t blocks = e.block_count();
-    for (std::size_t i = 0; i < plan.pages; ++i) {
-        const std::uintptr_t addr = plan.address(i);
-        std::size_t index = addr <= plan.begin ? 0 : (addr - plan.begin) / element_size;
-        if (count != 0 && index >= count) index = count - 1;
-        while (k + 1 < blocks && (e.block(k).empty() || e.block(k).end <= index)) ++k;
-        int node = e.block(k).node;
-        if (e.block(k).empty()) { // index past every non-empty block: the last non-empty one
-            for (std::size_t j = blocks; j-- > 0;)
-                if (!e.block(j).empty()) { node = e.block(j).node; break; }
-        }
-        if (plan.runs.empty() || plan.runs.back().second != node) plan.runs.emplace_back(i, node);
-        // jump to the next page that could change block
-        if (k + 1 < blocks && !e.block(k).empty()) {
-            const std::uintptr_t next = plan.begin + e.block(k).end * element_size; // first address of the next block
-            if (next > addr + page) {
-                const std::size_t j = (next - plan.first) / page; // the page holding `next` starts in block k
-                if (j > i + 1) i = std::min(j, plan.pages) - 1;
-            }
-        }
+    const std::size_t allocated = e.units() * e.unit_bytes();
+    for (std::size_t k = 0; k < e.block_count(); ++k) {
+        const auto range = e.page_bytes(k, allocated);
+        if (range.first == range.second) continue;
+        // the first page whose first byte in the range is at or past range.first
+        const std::uintptr_t at = plan.begin + range.first;
+        const std::size_t i = range.first == 0 ? 0 : (round_up(at, page) - plan.first) / page;
+        if (i >= plan.pages) continue;
+        const int node = e.nodes()[k];
+        if (!plan.runs.empty() && plan.runs.back().first == i) plan.runs.back().second = node;
+        else if (plan.runs.empty() || plan.runs.back().second != node) plan.runs.emplace_back(i, node);
     }
+    if (plan.runs.empty() || plan.runs.front().first != 0) plan.runs.insert(plan.runs.begin(), {0, e.block(0).node});
 }
 
 /// \effects target_os[j] = OS node of page first + j, for j < count (runs walked once, not searched per page).

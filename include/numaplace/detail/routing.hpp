@@ -18,6 +18,7 @@
 #include "placed_cache.hpp"
 
 #include <cstddef>
+#include <cstdint>
 #include <type_traits>
 
 namespace numaplace {
@@ -36,6 +37,33 @@ heap_source heap_source_of(const Placement& p) noexcept {
 /// \returns whether `p` maps its own memory on explicit huge pages (never the heap's small-page
 /// blocks of a page or more, never its large-block cache: placed_cache keeps them by placement and size).
 inline bool on_explicit_pages(const on_node& p) noexcept { return p.pages() != numaplace::page_size::transparent; }
+
+/// \returns the explicit pages a block of `bytes` placed by `p` may hold (placed_cache.hpp): none on
+/// transparent pages or below one explicit page; pages of its size (any explicit size for
+/// `largest_explicit`) from the pool of a bound `on_node`'s node or a one-node partition's, from any
+/// node's otherwise (a preferring `on_node` may take another node's; the others span several nodes).
+inline pool_pages explicit_pool_pages(numaplace::page_size pages, std::size_t bytes, int node) noexcept {
+    if (pages == numaplace::page_size::transparent) return {};
+    if (pages == numaplace::page_size::largest_explicit)
+        return bytes < explicit_page_bytes(numaplace::page_size::explicit_2m) ? pool_pages{} : pool_pages{SIZE_MAX, node};
+    return bytes < explicit_page_bytes(pages) ? pool_pages{} : pool_pages{explicit_page_bytes(pages), node};
+}
+inline pool_pages pool_pages_of(const on_node& p, std::size_t bytes) noexcept {
+    return explicit_pool_pages(p.pages(), bytes, p.policy() == node_policy::bind ? p.node() : -1);
+}
+inline pool_pages pool_pages_of(const partitioned& p, std::size_t bytes) noexcept {
+    const node_set& nodes = p.partition().nodes();
+    return explicit_pool_pages(p.pages(), bytes, nodes.size() == 1 ? nodes[0] : -1);
+}
+template <class Placement>
+pool_pages pool_pages_of(const Placement& p, std::size_t bytes) noexcept {
+    if constexpr (has_pages<Placement>::value)
+        if constexpr (std::is_same<std::decay_t<decltype(p.pages())>, numaplace::page_size>::value)
+            return explicit_pool_pages(p.pages(), bytes, -1);
+    (void)p;
+    (void)bytes;
+    return {};
+}
 
 /// \returns the heap slot serving `bytes` at `alignment` for `placement`, or heap_no_slot (own mapping).
 /// \notes `on_node` pools every class up to 1 MiB (below a page only on explicit pages); the other
@@ -77,7 +105,7 @@ NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::s
             return;
         }
     }
-    if (placed_cache* cache = placed_cache::cell().peek()) return cache->give(placement, p, bytes, alignment);
+    if (placed_cache* cache = placed_cache::cell().peek()) return cache->give(placement, p, bytes, alignment, pool_pages_of(placement, bytes));
     memory::unmap(p, bytes);
 }
 

@@ -60,7 +60,7 @@ inline segment_refusal check_segment_pools(const std::vector<segment_span>& part
         std::string why = pool_shortage(page, need[n], memory::policy_mode::bind, node_set{static_cast<int>(n)});
         if (!why.empty()) return {ENOMEM, static_cast<int>(n), std::move(why)};
     }
-    const huge_page_usability use = huge_page_usage_limits(page);
+    const huge_page_usability use = cgroup_room_for(page, total * page);
     if (use.cgroup_room() < total * page)
         return {ENOMEM, -1, "explicit " + size + " pages: the hugetlb cgroup limit (" + use.cgroup_file + ") leaves " +
                                 std::to_string(use.cgroup_room()) + " bytes of " + std::to_string(total * page)};

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include <time_scale.hpp>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -142,7 +144,7 @@ TEST(numa_balancing, serial_init_gains_locality_through_migration) {
         balancing_counters start = balancing_counters::read();
         count after = read_until(p, [&](const count&, auto elapsed) {
             return balancing_counters::read().since(start).pages_migrated >= pages / 2 * 95 / 100 ||
-                   elapsed > seconds(60); // about 1 s on a quiet host
+                   elapsed > numaplace_test::scaled(seconds(60)); // about 1 s on a quiet host
         });
         balancing_counters d = balancing_counters::read().since(start);
         std::printf("%s: locality %.3f -> %.3f (%zu of %zu pages present), numa_pages_migrated +%llu, "
@@ -245,7 +247,7 @@ TEST(numa_balancing, single_node_bind_with_balancing_is_sampled_but_stays) {
     count after = read_until(
         p,
         [&](const count&, auto elapsed) {
-            return balancing_counters::read().since(start).hint_faults >= 2 * pages || elapsed > seconds(60);
+            return balancing_counters::read().since(start).hint_faults >= 2 * pages || elapsed > numaplace_test::scaled(seconds(60));
         },
         false);
     balancing_counters d = balancing_counters::read().since(start);

@@ -43,16 +43,8 @@ using numaplace_test::reserved_pools;
 using numaplace_test::two_mib;
 using numaplace_test::write_count;
 
-bool may_reserve() {
-    const char* guest = std::getenv("NUMAPLACE_GUEST_LAYOUT");
-    const char* asked = std::getenv("NUMAPLACE_TEST_RESERVE_HUGE_PAGES");
-    return (guest && *guest) || (asked && std::strcmp(asked, "1") == 0);
-}
-
-#define RESERVE_OR_SKIP(name, ...)                                                                                       \
-    if (!may_reserve()) GTEST_SKIP() << "reserves huge page pools: guests only (NUMAPLACE_TEST_RESERVE_HUGE_PAGES=1 on a host)"; \
-    reserved_pools name(__VA_ARGS__);                                                                                    \
-    ASSERT_TRUE(name.ok()) << "could not reserve 2 MiB pages through " << pool_file(0, "nr_hugepages")
+#define RESERVE_OR_SKIP NUMAPLACE_RESERVE_OR_SKIP
+using numaplace_test::may_reserve;
 
 int nodes() { return static_cast<int>(topology::get().size()); }
 } // namespace

@@ -10,7 +10,9 @@
 
 #include <omp.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -121,9 +123,9 @@ TEST(omp_contract, an_empty_team_answers_zero_and_partitions_and_loops_refuse_it
                        "node_of " + std::to_string(t));
 }
 
-// Sizes no runtime can make are refused before a region opens (libgomp ends the process on
-// num_threads(1 << 30): "Out of memory allocating ..."), with the limits named.
-TEST(omp_contract, team_sizes_out_of_range_are_refused_before_a_region_opens) {
+// A team of fewer than one thread is refused; above OMP_THREAD_LIMIT, `num_threads(T)` makes the smaller
+// team (OpenMP caps it; libgomp neither refuses nor ends the process), and team::current(T) is that team.
+TEST(omp_contract, team_sizes_below_one_are_refused_above_the_thread_limit_the_smaller_team) {
     if (!in_child) {
         auto env = bound_env(2);
         env.emplace_back("OMP_THREAD_LIMIT", "2");
@@ -131,12 +133,43 @@ TEST(omp_contract, team_sizes_out_of_range_are_refused_before_a_region_opens) {
         return;
     }
     ASSERT_EQ(omp_get_thread_limit(), 2);
-    for (int threads : {0, -1, INT_MIN, 3, 1 << 30, INT_MAX - 1, INT_MAX})
-        expect_invalid([&] { (void)omp::team::current(threads); },
-                       "a team of " + std::to_string(threads) + " threads (from 1 to 2: OMP_THREAD_LIMIT and kernel.threads-max)",
+    for (int threads : {0, -1, INT_MIN})
+        expect_invalid([&] { (void)omp::team::current(threads); }, "a team of " + std::to_string(threads) + " threads (at least 1)",
                        std::to_string(threads));
     static_assert(std::is_base_of<std::invalid_argument, invalid_placement>::value, "");
-    for (int threads : {1, 2}) EXPECT_EQ(omp::team::current(threads).size(), threads) << threads;
+    for (int threads : {1, 2, 3, 1 << 30, INT_MAX - 1, INT_MAX}) {
+        int made = 0;
+#pragma omp parallel num_threads(threads)
+        {
+            if (omp_get_thread_num() == 0) made = omp_get_num_threads();
+        }
+        EXPECT_EQ(made, std::min(threads, 2)) << threads << ": what OpenMP itself makes";
+        EXPECT_EQ(omp::team::current(threads).size(), made) << threads;
+    }
+}
+
+// Without a thread limit a team no runtime can start is refused before a region opens (libgomp ends the
+// process on num_threads(1 << 30): "Out of memory allocating ..."), naming kernel.threads-max (at most
+// 2^30 - 1 on Linux, so 1 << 30 and INT_MAX are above it on every machine).
+TEST(omp_contract, a_team_above_kernel_threads_max_is_refused_before_a_region_opens) {
+    if (!in_child) {
+        EXPECT_EQ(numaplace_test::rerun_current_test("NUMAPLACE_OMP_CONTRACT_CHILD", bound_env(2)), 0);
+        return;
+    }
+    std::FILE* f = std::fopen("/proc/sys/kernel/threads-max", "r");
+    long threads_max = 0;
+    if (f) {
+        if (std::fscanf(f, "%ld", &threads_max) != 1) threads_max = 0;
+        std::fclose(f);
+    }
+    ASSERT_GT(threads_max, 0);
+    if (omp_get_thread_limit() <= threads_max) // LLVM's libomp caps teams at a limit of its own
+        GTEST_SKIP() << "the runtime's thread limit (" << omp_get_thread_limit() << ") is below kernel.threads-max";
+    for (int threads : {1 << 30, INT_MAX - 1, INT_MAX})
+        expect_invalid([&] { (void)omp::team::current(threads); },
+                       "a team of " + std::to_string(threads) + " threads, more than the system may have (kernel.threads-max ",
+                       std::to_string(threads));
+    EXPECT_EQ(omp::team::current(1).size(), 1);
 }
 
 // More threads than places (README, docs/omp.md): the team is accepted exactly when the runtime's

@@ -5,6 +5,7 @@
 // per node through sysfs and restores them: every part on its node's own pool, the free counts down by
 // exactly the part's pages (and the trailer page on the last part's node), another process opening it by
 // fd and writing every part without SIGBUS, a pool short on one node.
+#include <numaplace/allocator.hpp>
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/huge_pages.hpp>
 #include <numaplace/shared_segment.hpp>
@@ -218,4 +219,19 @@ TEST(shared_segment_huge, a_pool_short_on_one_node) {
         for (std::size_t k = 0; k < l.size(); ++k) std::memset(s.block(k).data, 1, s.block(k).bytes);
         for (std::size_t k = 0; k < l.size(); ++k) EXPECT_EQ(s.where(k).on(static_cast<int>(k)), l.parts()[k].pages) << "part " << k;
     }
+}
+
+// Pages this process keeps for reuse count as free for a segment too (issue 48): node 0's whole pool held
+// by a block freed into the cache of own mappings, then a segment of one page on node 0 and its trailer
+// page. Refused without the relief ("on node 0: 2 needed, 0 free").
+TEST(shared_segment_huge, pages_held_by_the_cache_of_own_mappings_are_given_back_to_a_segment) {
+    RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
+    release_cached_memory();
+    allocator<char, on_node> huge(on_node(0).with_pages(page_size::explicit_2m));
+    huge.deallocate(huge.allocate(2 * two_mib), 2 * two_mib);
+    ASSERT_EQ(read_count(pool_file(0, "free_hugepages")), 0) << "the freed block is cached, its pages held";
+    const shared_segment seg = shared_segment::create(segment_layout({{0, per_huge}}).with_pages(page_size::explicit_2m));
+    EXPECT_EQ(seg.page_bytes(), two_mib);
+    EXPECT_EQ(where_page_sizes(seg.block(0).data, two_mib).bytes_on(two_mib), two_mib);
+    EXPECT_EQ(read_count(pool_file(0, "free_hugepages")), 0) << "the part's page and the trailer's, given back by the cache";
 }
