@@ -81,16 +81,16 @@ inline replace_plan make_plan(const void* p, std::size_t bytes, const topology& 
 /// first byte in the range (`basic_partition::page_bytes`, the first page to the first block), as the
 /// placement and `where` have it.
 inline void plan_partition(replace_plan& plan, const basic_partition& e, std::size_t element_size) {
-    (void)element_size; // e's unit bytes
     if (plan.pages == 0 || e.block_count() == 0) return;
     const std::size_t page = plan.page_size();
     const std::size_t allocated = e.units() * e.unit_bytes();
     for (std::size_t k = 0; k < e.block_count(); ++k) {
         const auto range = e.page_bytes(k, allocated);
         if (range.first == range.second) continue;
-        // the first page whose first byte in the range is at or past range.first
-        const std::uintptr_t at = plan.begin + range.first;
-        const std::size_t i = range.first == 0 ? 0 : (round_up(at, page) - plan.first) / page;
+        // the first page whose start is at or past the block's first byte rounded up to a grain (absolute
+        // addresses: the same as page_bytes for an aligned range, the page-start rule for any other)
+        const std::uintptr_t at = plan.begin + e.block(k).begin * element_size;
+        const std::size_t i = range.first == 0 ? 0 : (round_up(at, e.alignment()) - plan.first) / page;
         if (i >= plan.pages) continue;
         const int node = e.nodes()[k];
         if (!plan.runs.empty() && plan.runs.back().first == i) plan.runs.back().second = node;
