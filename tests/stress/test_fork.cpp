@@ -21,11 +21,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <climits>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <signal.h>
@@ -280,4 +282,30 @@ TEST(fork_attack, child_after_one_tbb_started_uses_non_tbb_calls) {
     stop = true;
     small.join();
     EXPECT_EQ(failures, 0);
+}
+
+// The children's alarms and watchdogs (time_scale.hpp) are their bound times NUMAPLACE_TIME_SCALE, a whole
+// number from 1 to 1000 as CMake and numa-guest accept it; any other value is 1, never 0 (alarm(0) cancels
+// the alarm: a deadlocked child would hang the test instead of ending in SIGALRM). In a child: setenv.
+TEST(fork_attack, the_childrens_alarms_scale_by_a_whole_factor_and_never_vanish) {
+    const int code = numaplace_test::run_child([] {
+        const std::pair<const char*, int> cases[] = {{"", 1},   {"0", 1},    {"1", 1},  {"3", 3},   {"1000", 1000}, {"1001", 1},
+                                                     {"-3", 1}, {"+3", 1},   {" 3", 1}, {"3 ", 1},  {"03", 1},      {"3x", 1},
+                                                     {"abc", 1}, {"99999999999999999999", 1}};
+        int k = 1;
+        for (const auto& c : cases) {
+            setenv("NUMAPLACE_TIME_SCALE", c.first, 1);
+            if (numaplace_test::time_scale() != c.second || numaplace_test::scaled_seconds(10) != 10 * c.second ||
+                numaplace_test::scaled(std::chrono::milliseconds(7)) != std::chrono::milliseconds(7 * c.second)) {
+                std::fprintf(stderr, "NUMAPLACE_TIME_SCALE=\"%s\": %d, expected %d\n", c.first, numaplace_test::time_scale(), c.second);
+                return k;
+            }
+            ++k;
+        }
+        setenv("NUMAPLACE_TIME_SCALE", "1000", 1);
+        if (numaplace_test::scaled_seconds(INT_MAX / 10) != INT_MAX) return 50; // clamped, not wrapped
+        unsetenv("NUMAPLACE_TIME_SCALE");
+        return numaplace_test::time_scale() == 1 ? 0 : 51;
+    });
+    EXPECT_EQ(code, 0) << "the case that failed (1-based), 50: overflow, 51: unset";
 }

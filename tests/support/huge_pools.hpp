@@ -15,6 +15,10 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 namespace numaplace_test {
 
 constexpr std::size_t two_mib = std::size_t(2) << 20;
@@ -56,6 +60,24 @@ inline bool may_reserve() {
     const char* guest = std::getenv("NUMAPLACE_GUEST_LAYOUT");
     const char* asked = std::getenv("NUMAPLACE_TEST_RESERVE_HUGE_PAGES");
     return (guest && *guest) || (asked && std::strcmp(asked, "1") == 0);
+}
+
+/// \effects moves this process into the cgroup v2 `/sys/fs/cgroup/<name>`, made with the hugetlb
+/// controller and `hugetlb.2MB.max` of `limit_bytes` (cgroup2 mounted first where it is not). Guests only,
+/// in a child (run_child): it changes the machine's cgroups. \returns 0, or the step that failed: 80 the
+/// mount, 81 enabling the controller, 82 the limit, 83 moving the process.
+inline int enter_hugetlb_cgroup(const std::string& name, long limit_bytes) {
+    if (::access("/sys/fs/cgroup/cgroup.controllers", R_OK) != 0 && ::mount("none", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
+        return 80;
+    std::FILE* f = std::fopen("/sys/fs/cgroup/cgroup.subtree_control", "w");
+    if (!f) return 81;
+    const bool enabled = std::fputs("+hugetlb", f) >= 0;
+    if (std::fclose(f) != 0 || !enabled) return 81;
+    const std::string dir = "/sys/fs/cgroup/" + name;
+    ::mkdir(dir.c_str(), 0755); // may exist from an earlier run
+    if (!write_count(dir + "/hugetlb.2MB.max", limit_bytes)) return 82;
+    if (!write_count(dir + "/cgroup.procs", ::getpid())) return 83;
+    return 0;
 }
 
 /// Sets node k's pool of 2 MiB pages to counts[k] pages, and back when it ends.

@@ -12,10 +12,12 @@
 
 namespace numaplace_test {
 
-/// \returns NUMAPLACE_TIME_SCALE: a whole number from 1 to 1000; 1 when unset or not such a number.
+/// \returns NUMAPLACE_TIME_SCALE: a whole number from 1 to 1000 (digits only, no sign, space or leading
+/// zero: what CMake and numa-guest accept); 1 when unset or not such a number. Never 0: alarm(0) would
+/// cancel a watchdog.
 inline int time_scale() noexcept {
     const char* v = std::getenv("NUMAPLACE_TIME_SCALE");
-    if (!v || !*v) return 1;
+    if (!v || *v < '1' || *v > '9') return 1;
     char* end = nullptr;
     const long f = std::strtol(v, &end, 10);
     return *end == '\0' && f >= 1 && f <= 1000 ? static_cast<int>(f) : 1;

@@ -215,17 +215,18 @@ public:
     /// \effects unmaps the cached blocks that may hold explicit pages of `page` bytes from the pools of
     /// `nodes` (of any node with `any_node`), so that a request counts them free (place.hpp's
     /// pool_shortage). \returns whether a block was unmapped. Never allocates; waits for the cache's lock,
-    /// which nobody holds while mapping (nor while admitting: the caller holds no lock).
+    /// which nobody holds while mapping (nor while admitting: the caller holds no lock). The blocks are
+    /// unmapped after the lock, as every eviction here: a request racing another thread's give-back (or a
+    /// decay) may read the pools before those pages are back, and is refused as if they were in use.
     bool release_pool_pages(std::size_t page, const node_set& nodes, bool any_node) noexcept {
         void* victims[slots];
         std::size_t n = 0, victim_bytes[slots];
         {
             std::lock_guard<std::mutex> lock(mutex_);
             for (entry& e : table_)
-                if (e.p && inherited(e)) forget(e); // the parent's pages: nothing to give back here
-                else if (e.p && e.pool.page != 0 && (e.pool.page == page || e.pool.page == SIZE_MAX) &&
-                         (any_node || e.pool.node < 0 || nodes.contains(e.pool.node)))
-                    evict(e, victims, victim_bytes, n);
+                if (e.p && e.pool.page != 0 && (e.pool.page == page || e.pool.page == SIZE_MAX) &&
+                    (any_node || e.pool.node < 0 || nodes.contains(e.pool.node)))
+                    evict(e, victims, victim_bytes, n); // a forked child's inherited entry is only forgotten
         }
         for (std::size_t k = 0; k < n; ++k) memory::unmap(victims[k], victim_bytes[k]);
         return n != 0;

@@ -26,8 +26,6 @@
 #include <string>
 #include <vector>
 
-#include <sys/mount.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -279,13 +277,7 @@ TEST(huge_pages_pools, the_hugetlb_cgroup_limit_is_admission_too) {
     RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
     const int code = numaplace_test::run_child(
         [] {
-            if (access("/sys/fs/cgroup/cgroup.controllers", R_OK) != 0 && mount("none", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
-                return 80;
-            std::FILE* f = std::fopen("/sys/fs/cgroup/cgroup.subtree_control", "w");
-            if (!f || std::fputs("+hugetlb", f) < 0 || std::fclose(f) != 0) return 81;
-            mkdir("/sys/fs/cgroup/numaplace_huge", 0755);
-            if (!write_count("/sys/fs/cgroup/numaplace_huge/hugetlb.2MB.max", static_cast<long>(two_mib))) return 82;
-            if (!write_count("/sys/fs/cgroup/numaplace_huge/cgroup.procs", getpid())) return 83;
+            if (const int failed = numaplace_test::enter_hugetlb_cgroup("numaplace_huge", static_cast<long>(two_mib))) return failed;
             if (huge_page_usage_limits(two_mib).cgroup_room() != two_mib) return 84;
             try {
                 memory::allocate(2 * two_mib, on_node(0).with_pages(page_size::explicit_2m));

@@ -2,7 +2,8 @@
 // the cache of own mappings (detail/placed_cache.hpp) still holding their pool pages, and a request that
 // finds the pools short gives them back first (place.hpp's pool_shortage, the pool relief of memory.hpp)
 // instead of refusing. Pools reserved as in test_memory_huge_pools.cpp (guests, or
-// NUMAPLACE_TEST_RESERVE_HUGE_PAGES=1 on a host); each case fails without the relief ("2 needed, 0 free").
+// NUMAPLACE_TEST_RESERVE_HUGE_PAGES=1 on a host); each case but the forked child's fails without the relief
+// ("2 needed, 0 free"); that one fails if the relief unmaps what a child inherited.
 #include <numaplace/allocator.hpp>
 #include <numaplace/diagnostics.hpp>
 #include <numaplace/huge_pages.hpp>
@@ -15,14 +16,14 @@
 #include <child.hpp>
 #include <huge_pools.hpp>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include <sys/mount.h>
-#include <sys/stat.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 using namespace numaplace;
@@ -31,7 +32,6 @@ namespace {
 using numaplace_test::free_pages;
 using numaplace_test::frees;
 using numaplace_test::two_mib;
-using numaplace_test::write_count;
 
 std::size_t nodes() { return topology::get().size(); }
 } // namespace
@@ -147,13 +147,7 @@ TEST(huge_pages_held, cached_pages_charged_to_the_hugetlb_cgroup_are_given_back_
     NUMAPLACE_RESERVE_OR_SKIP(pools, std::vector<long>(nodes(), 4));
     const int code = numaplace_test::run_child(
         [] {
-            if (access("/sys/fs/cgroup/cgroup.controllers", R_OK) != 0 && mount("none", "/sys/fs/cgroup", "cgroup2", 0, nullptr) != 0)
-                return 80;
-            std::FILE* f = std::fopen("/sys/fs/cgroup/cgroup.subtree_control", "w");
-            if (!f || std::fputs("+hugetlb", f) < 0 || std::fclose(f) != 0) return 81;
-            mkdir("/sys/fs/cgroup/numaplace_held", 0755);
-            if (!write_count("/sys/fs/cgroup/numaplace_held/hugetlb.2MB.max", static_cast<long>(2 * two_mib))) return 82;
-            if (!write_count("/sys/fs/cgroup/numaplace_held/cgroup.procs", getpid())) return 83;
+            if (const int failed = numaplace_test::enter_hugetlb_cgroup("numaplace_held", static_cast<long>(2 * two_mib))) return failed;
             allocator<char, on_node> huge(on_node(0).with_pages(page_size::explicit_2m));
             char* a = huge.allocate(2 * two_mib);
             a[0] = 1;
@@ -171,4 +165,76 @@ TEST(huge_pages_held, cached_pages_charged_to_the_hugetlb_cgroup_are_given_back_
         },
         60);
     EXPECT_EQ(code, 0) << "84/85: set-up, 86: not on 2 MiB pages, 87: refused for pages its own cache held";
+}
+
+// Which cached blocks a request gets back, by what each may hold: a preferring on_node's block (its pages
+// may be any node's) and a largest_explicit one (pages of any size) go back to a request bound to their
+// node; a preferring request counts every node's pool, so it gets every node's blocks back.
+TEST(huge_pages_held, blocks_of_any_node_or_any_size_and_requests_of_any_node) {
+    release_cached_memory(); // no block of an earlier test holds pool pages
+    if (nodes() < 2) GTEST_SKIP() << "needs two nodes";
+    std::vector<long> counts(nodes(), 0); // no other pool: a preferring request could take its pages
+    counts[0] = counts[1] = 2;
+    NUMAPLACE_RESERVE_OR_SKIP(pools, counts);
+    const on_node bind0 = on_node(0).with_pages(page_size::explicit_2m), bind1 = on_node(1).with_pages(page_size::explicit_2m);
+    allocator<char, on_node> prefer0(on_node(0, node_policy::prefer).with_pages(page_size::explicit_2m));
+    prefer0.deallocate(prefer0.allocate(2 * two_mib), 2 * two_mib); // node 0's pool cached, as "any node"
+    ASSERT_EQ(free_pages(0), 0);
+    void* p = memory::allocate(two_mib, bind0);
+    EXPECT_EQ(where_page_sizes(p, two_mib).bytes_on(two_mib), two_mib);
+    EXPECT_EQ(free_pages(0), 1) << "the preferring block given back to a request bound to node 0";
+    memory::unmap(p, two_mib);
+    allocator<char, on_node> largest1(on_node(1).with_pages(page_size::largest_explicit));
+    largest1.deallocate(largest1.allocate(2 * two_mib), 2 * two_mib); // node 1's pool cached, as "any size"
+    ASSERT_EQ(free_pages(1), 0);
+    void* q = memory::allocate(two_mib, bind1);
+    EXPECT_EQ(where_page_sizes(q, two_mib).bytes_on(two_mib), two_mib);
+    EXPECT_EQ(free_pages(1), 1) << "the largest_explicit block given back to a 2 MiB request";
+    memory::unmap(q, two_mib);
+    // both pools wholly cached by bound blocks, then 3 pages preferring node 0: every pool counts
+    allocator<char, on_node> node0(bind0), node1(bind1);
+    node0.deallocate(node0.allocate(2 * two_mib), 2 * two_mib);
+    node1.deallocate(node1.allocate(2 * two_mib), 2 * two_mib);
+    ASSERT_EQ(free_pages(0) + free_pages(1), 0);
+    void* r = memory::allocate(3 * two_mib, on_node(0, node_policy::prefer).with_pages(page_size::explicit_2m));
+    EXPECT_EQ(where_page_sizes(r, 3 * two_mib).bytes_on(two_mib), 3 * two_mib);
+    EXPECT_EQ(free_pages(0) + free_pages(1), 1) << "both nodes' blocks given back, 3 of their 4 pages taken";
+    memory::unmap(r, 3 * two_mib);
+    release_cached_memory();
+    EXPECT_EQ(frees(), counts);
+}
+
+// A forked child inherits the cache's table but not its explicit-page blocks (MADV_DONTFORK): their pages
+// stay the parent's. A request of the child that finds the pool short forgets them instead of unmapping
+// their addresses (which may be the child's own mappings by then), is refused, and the parent keeps them.
+TEST(huge_pages_held, a_forked_child_never_gives_back_its_parents_cached_blocks) {
+    release_cached_memory(); // no block of an earlier test holds pool pages
+    NUMAPLACE_RESERVE_OR_SKIP(pools, std::vector<long>(nodes(), 2));
+    const on_node placement = on_node(0).with_pages(page_size::explicit_2m);
+    allocator<char, on_node> huge(placement);
+    char* kept = huge.allocate(2 * two_mib);
+    huge.deallocate(kept, 2 * two_mib);
+    ASSERT_EQ(free_pages(0), 0) << "the parent's cache holds node 0's pool";
+    const int code = numaplace_test::run_child(
+        [&] {
+            // the block's range is free in the child: map something of its own there
+            void* own = mmap(kept, 2 * two_mib, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+            if (own != kept) return 80;
+            static_cast<char*>(own)[two_mib] = 7;
+            try {
+                memory::allocate(two_mib, placement);
+                return 81; // the parent's pages are not the child's to take
+            } catch (const placement_error& e) {
+                if (e.error_number() != ENOMEM || std::string(e.what()).find("1 needed, 0 free") == std::string::npos) return 82;
+            }
+            return static_cast<char*>(own)[two_mib] == 7 ? 0 : 83; // unmapped: SIGSEGV, 139
+        },
+        60);
+    EXPECT_EQ(code, 0) << "80: set-up, 81: placed, 82: another refusal, 83/139: the child's own mapping unmapped";
+    EXPECT_EQ(free_pages(0), 0) << "the parent's block still holds its pages";
+    char* again = huge.allocate(2 * two_mib);
+    EXPECT_EQ(again, kept) << "the parent's cached block is still there";
+    huge.deallocate(again, 2 * two_mib);
+    release_cached_memory();
+    EXPECT_EQ(free_pages(0), 2);
 }

@@ -225,8 +225,8 @@ TEST(shared_segment_huge, a_pool_short_on_one_node) {
 // by a block freed into the cache of own mappings, then a segment of one page on node 0 and its trailer
 // page. Refused without the relief ("on node 0: 2 needed, 0 free").
 TEST(shared_segment_huge, pages_held_by_the_cache_of_own_mappings_are_given_back_to_a_segment) {
+    release_cached_memory(); // no block of an earlier test holds pool pages (the reservation checks them free)
     RESERVE_OR_SKIP(pools, std::vector<long>(static_cast<std::size_t>(nodes()), 2));
-    release_cached_memory();
     allocator<char, on_node> huge(on_node(0).with_pages(page_size::explicit_2m));
     huge.deallocate(huge.allocate(2 * two_mib), 2 * two_mib);
     ASSERT_EQ(read_count(pool_file(0, "free_hugepages")), 0) << "the freed block is cached, its pages held";
