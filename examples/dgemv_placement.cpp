@@ -323,8 +323,8 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
 std::vector<std::size_t> block_pages(const numaplace::row_partition<double>& rows) {
     const std::size_t page = numaplace::detail::page_size();
     std::vector<std::size_t> per(numaplace::topology::get().size(), 0);
-    const numaplace::basic_partition& e = rows.elements().untyped();
-    const std::size_t bytes = e.size() * sizeof(double);
+    const numaplace::basic_partition& e = rows.untyped(); // rows as units: the same bytes as its elements
+    const std::size_t bytes = rows.element_count() * sizeof(double);
     for (std::size_t k = 0; k < e.block_count(); ++k) {
         const auto range = e.page_bytes(k, bytes);
         per[static_cast<std::size_t>(e.nodes()[k])] += (range.second - range.first + page - 1) / page;

@@ -107,12 +107,13 @@ int main(int argc, char** argv) {
     }
     std::cout << m << " rows, " << nnz << " non-zeros; per node (rows, non-zeros):";
     bool balanced = true;
-    double weight_sum = 0;
-    for (std::size_t w : rows.weights()) weight_sum += static_cast<double>(w);
+    // each node's share by its cores (by_work's own weights() are its blocks' sizes: the cuts it chose)
+    double cores = 0;
+    for (int node : rows.nodes()) cores += static_cast<double>(topology::get().at(node).cores);
     for (std::size_t k = 0; k < rows.block_count(); ++k) {
         const block b = rows.block(k), v = val_part.block(k);
         std::cout << " node" << b.node << " (" << b.size() << ", " << v.size() << ")";
-        const double share = static_cast<double>(nnz) * static_cast<double>(rows.weights()[k]) / weight_sum;
+        const double share = static_cast<double>(nnz) * static_cast<double>(topology::get().at(b.node).cores) / cores;
         balanced = balanced && v.begin == static_cast<std::size_t>(structure[b.begin]) &&
                    v.end == static_cast<std::size_t>(structure[b.end]) &&
                    std::fabs(static_cast<double>(v.size()) - share) <= static_cast<double>(row_nonzeros(0));

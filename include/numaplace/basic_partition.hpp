@@ -175,27 +175,11 @@ public:
         if (weights.size() != nodes.size())
             detail::throw_invalid("partition: " + std::to_string(weights.size()) + " weights for " +
                                   std::to_string(nodes.size()) + " nodes");
-        if (element_size == 0) detail::throw_invalid("partition: element size 0");
-        if (row_length == 0) detail::throw_invalid("partition: row length 0");
-        constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
-        if (row_length > max / element_size)
-            detail::throw_invalid("partition: row of " + std::to_string(row_length) + " elements of " +
-                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
-        check_geometry(geometry);
         detail::partition_layout l;
-        l.element_size = element_size;
-        l.row_length = row_length;
-        l.unit_bytes = element_size * row_length;
-        l.edges = edges;
-        l.geometry = geometry;
         l.nodes = nodes;
-        l.prefix.assign(1, 0);
-        for (std::size_t w : weights) {
-            l.prefix.push_back(l.prefix.back() + w); // < nodes * 2^64: no overflow in 128 bits
-            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
-        }
+        set_unit(l, element_size, row_length, edges, geometry);
+        set_weights(l, std::move(weights));
         if (l.total() == 0) detail::throw_invalid("partition: all weights are zero (memory-only nodes have no cores)");
-        l.weights = std::move(weights);
         check_bytes(n, l.unit_bytes);
         layout_ = detail::intern(std::move(l));
         units_ = count_ = n;
@@ -274,15 +258,19 @@ public:
         return numaplace::block{node_id, 0, 0};
     }
 
-    /// \returns the bytes [first, second) whose pages block `k` owns in an allocation of `bytes` bytes split
-    /// by this partition (its `for_bytes(bytes)`), starting on an `alignment()` boundary. The rule: a page
-    /// (a grain of `alignment()` bytes from the start) belongs to the block that holds its first byte, the
-    /// last page to the block holding it. So each inner edge shares at most one grain between two blocks,
-    /// and a block smaller than a grain may own none. Empty for k >= block_count().
-    std::pair<std::size_t, std::size_t> page_bytes(std::size_t k, std::size_t bytes) const noexcept {
+    /// \returns the bytes [first, second) whose pages block `k` owns in a range of `bytes` bytes split by
+    /// this partition (its `for_bytes(bytes)`) that starts `lead` bytes (< alignment()) into a grain:
+    /// offsets from that grain's start. The rule: a grain (`alignment()` bytes, at an address that is a
+    /// multiple of it) belongs to the block holding its first byte in the range (the grain holding the
+    /// range's first byte to the first block), the last grain ends at the range's end rounded up to a
+    /// small page. So each inner edge shares at most one grain between two blocks, and a block smaller
+    /// than a grain may own none. numaplace's allocations start on a grain (`lead` 0); `where` and
+    /// `replace` pass a range's own. Empty for k >= block_count().
+    std::pair<std::size_t, std::size_t> page_bytes(std::size_t k, std::size_t bytes, std::size_t lead = 0) const noexcept {
         if (k >= block_count()) return {0, 0};
-        return {page_edge(k, bytes), page_edge(k + 1, bytes)};
+        return {page_edge(k, bytes, lead), page_edge(k + 1, bytes, lead)};
     }
+
     /// \returns the same layout split for `m` indexes (units; elements for an element view, then split as
     /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes, or
     /// for m > 0 on an empty (default-constructed) partition: it has no node to put the indexes on.
@@ -327,17 +315,8 @@ public:
     basic_partition remade(std::size_t element_size, std::size_t row_length, edge_alignment edges,
                            const page_geometry& geometry) const {
         if (layout_->nodes.empty()) return basic_partition();
-        if (element_size == 0 || row_length == 0) detail::throw_invalid("partition: element size or row length 0");
-        if (row_length > std::numeric_limits<std::size_t>::max() / element_size)
-            detail::throw_invalid("partition: a row of " + std::to_string(row_length) + " elements of " +
-                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
-        check_geometry(geometry);
         detail::partition_layout l = *layout_;
-        l.element_size = element_size;
-        l.row_length = row_length;
-        l.unit_bytes = element_size * row_length;
-        l.edges = edges;
-        l.geometry = geometry;
+        set_unit(l, element_size, row_length, edges, geometry);
         check_bytes(units_, l.unit_bytes);
         basic_partition p;
         p.layout_ = detail::intern(std::move(l));
@@ -362,15 +341,9 @@ public:
         if (n == 0) return p;
         check_bytes(n, layout_->unit_bytes);
         detail::partition_layout l = *layout_;
-        l.weights.clear();
-        l.prefix.assign(1, 0);
-        l.smallest_weight = 0;
-        for (std::size_t k = 0; k < count; ++k) {
-            const std::size_t w = cuts[k + 1] - cuts[k];
-            l.weights.push_back(w);
-            l.prefix.push_back(l.prefix.back() + w);
-            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
-        }
+        std::vector<std::size_t> sizes(count);
+        for (std::size_t k = 0; k < count; ++k) sizes[k] = cuts[k + 1] - cuts[k];
+        set_weights(l, std::move(sizes));
         p.layout_ = detail::intern(std::move(l));
         return p;
     }
@@ -392,11 +365,34 @@ public:
     }
 
 private:
-    static void check_geometry(const page_geometry& g) {
+    // The unit and geometry of `l`, checked: element size and row length not 0, a row's bytes within
+    // SIZE_MAX, page sizes powers of two with huge >= page.
+    static void set_unit(detail::partition_layout& l, std::size_t element_size, std::size_t row_length,
+                         edge_alignment edges, const page_geometry& g) {
+        if (element_size == 0) detail::throw_invalid("partition: element size 0");
+        if (row_length == 0) detail::throw_invalid("partition: row length 0");
+        if (row_length > std::numeric_limits<std::size_t>::max() / element_size)
+            detail::throw_invalid("partition: row of " + std::to_string(row_length) + " elements of " +
+                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
         const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
         if (!pow2(g.page) || !pow2(g.huge) || g.huge < g.page)
             detail::throw_invalid("partition: page geometry (page " + std::to_string(g.page) + ", huge " +
                                   std::to_string(g.huge) + ") needs powers of two with huge >= page");
+        l.element_size = element_size;
+        l.row_length = row_length;
+        l.unit_bytes = element_size * row_length;
+        l.edges = edges;
+        l.geometry = g;
+    }
+    // The weights of `l` and what derives from them (prefix sums, the smallest non-zero weight).
+    static void set_weights(detail::partition_layout& l, std::vector<std::size_t> weights) {
+        l.prefix.assign(1, 0);
+        l.smallest_weight = 0;
+        for (std::size_t w : weights) {
+            l.prefix.push_back(l.prefix.back() + w); // < nodes * 2^64: no overflow in 128 bits
+            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
+        }
+        l.weights = std::move(weights);
     }
     static void check_bytes(std::size_t units, std::size_t unit_bytes) {
         if (unit_bytes != 0 && units > std::numeric_limits<std::size_t>::max() / unit_bytes)
@@ -411,20 +407,18 @@ private:
         if (k >= l.nodes.size()) return units_;
         return detail::mul_div_up(units_, l.prefix[k], l.total());
     }
-    // Byte offset of the first page block j owns (j = block_count(): the allocation's page-rounded end) in
-    // an allocation of `bytes`: edge j's byte rounded up to the placement grain, at most the end.
-    std::size_t page_edge(std::size_t j, std::size_t bytes) const noexcept {
-        constexpr std::size_t max = std::numeric_limits<std::size_t>::max();
-        const std::size_t page = layout_->geometry.page, grain = alignment();
-        const std::size_t end = bytes % page == 0 ? bytes : bytes <= max - page ? bytes / page * page + page : bytes / page * page;
-        if (j == 0) return 0;
-        if (j >= block_count()) return end;
-        const std::size_t u = unit_edge(j), ub = layout_->unit_bytes;
-        if (u >= end / ub + 1) return end; // its byte is past the end
-        const std::size_t e = u * ub;     // <= end + ub: fits
-        if (e >= end) return end;
-        const std::size_t r = e % grain;
-        return r == 0 ? e : e - r >= end - grain ? end : std::min(end, e - r + grain);
+    // Offset (from the grain holding the range's first byte, `lead` bytes before it) of the first grain
+    // block j owns: edge j's first byte rounded up to a grain, at most the range's end rounded up to a
+    // small page (j = block_count(): that end). Exact in 128 bits; saturates at SIZE_MAX.
+    std::size_t page_edge(std::size_t j, std::size_t bytes, std::size_t lead) const noexcept {
+        const detail::wide_uint page = layout_->geometry.page, grain = alignment();
+        const detail::wide_uint end = (static_cast<detail::wide_uint>(lead) + bytes + page - 1) / page * page;
+        detail::wide_uint at = 0;
+        const std::size_t u = j < block_count() ? unit_edge(j) : 0;
+        if (j >= block_count()) at = end;
+        else if (u != 0) // an edge at index 0 leaves the range's first grain to the blocks after it
+            at = std::min(end, (lead + static_cast<detail::wide_uint>(u) * layout_->unit_bytes + grain - 1) / grain * grain);
+        return at > std::numeric_limits<std::size_t>::max() ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(at);
     }
 
     const detail::partition_layout* layout_;

@@ -133,7 +133,7 @@ public:
             return partition<T>::from_untyped(numaplace::partitioned(part).with_pages(pages_).partition());
         if (kind_ != compared_kind::partitioned_huge || part.empty()) return part;
         const basic_partition& p = part.untyped();
-        return partition<T>::from_untyped(p.remade(p.element_size(), p.unit_length(), edge_alignment::huge, p.geometry()).clipped(p.units()));
+        return partition<T>::from_untyped(p.remade(p.element_size(), p.unit_length(), edge_alignment::huge, p.geometry())).clipped(p.size());
     }
 
     /// \effects maps `bytes` and places them as this placement says, against `layout` (its `layout()`);

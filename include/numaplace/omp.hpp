@@ -101,10 +101,11 @@ public:
         if (threads < 1)
             numaplace::detail::throw_invalid("omp::team: a team of " + std::to_string(threads) + " threads (at least 1)");
         threads = std::min(threads, omp_get_thread_limit()); // what num_threads(threads) makes at most
-        if (threads > detail::kernel_threads_max())
+        const int system_most = detail::kernel_threads_max();
+        if (threads > system_most)
             numaplace::detail::throw_invalid("omp::team: a team of " + std::to_string(threads) +
                                              " threads, more than the system may have (kernel.threads-max " +
-                                             std::to_string(detail::kernel_threads_max()) + ")");
+                                             std::to_string(system_most) + ")");
         const topology& topo = topology::get();
         std::vector<int> node(static_cast<std::size_t>(threads), -1), error(static_cast<std::size_t>(threads), 0);
         int made = 0;
@@ -224,27 +225,13 @@ struct alignas(64) block_cursor {
 };
 } // namespace detail
 
-/// \effects calls `body` on subranges covering [0, part.size()) exactly once (rows of a rows partition,
-/// elements otherwise): the threads of `tm` on node k claim chunks of block k (`grain` indexes, 0: an
-/// eighth of a thread's share), so the load balances within a node, never across. `body` takes a
-/// `subrange` or one `std::size_t`. Each thread of the region reads its CPU affinity once per call (as
-/// `team::current` does) and claims chunks only of the block of the node it is bound within, so no chunk
-/// runs in the region off its block's node. A thread not on `tm.node_of(t)` (`tm` read elsewhere, e.g.
-/// at top level and reused in a nested region, whose threads sit on the outer thread's places) thus
-/// helps another node's threads or, bound across nodes, claims nothing. If the region has fewer threads
-/// than `tm` (a nested region, OMP_THREAD_LIMIT) or some thread is off its node, the calling thread
-/// finishes after the region what no thread on a block's node claimed (off node), and one degradation
-/// per call is recorded (`degradations()`) naming the first such thread, the node it is on and the
-/// team's. Every index still runs exactly once.
-/// \throws invalid_placement before running anything when `tm` is empty (default-constructed or
-/// moved-from: even for an empty partition) or a non-empty block's node has no thread in `tm`; the first
-/// exception `body` throws (the other threads stop claiming chunks). A thread off its
-/// node is recorded, never thrown.
-template <class T, class Body>
-void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
+namespace detail {
+/// `omp::parallel_for` for any partition (its blocks in its own indexes).
+template <class Body>
+void parallel_for_blocks(const basic_partition& part, Body& body, const team& tm, std::size_t grain) {
     if (tm.size() == 0)
         numaplace::detail::throw_invalid("omp::parallel_for: an empty team (default-constructed or moved-from)");
-    const std::vector<block>& blocks = part.untyped().blocks();
+    const std::vector<block> blocks = part.blocks();
     for (const block& b : blocks)
         if (!b.empty() && tm.threads_on(b.node) == 0)
             numaplace::detail::throw_invalid("omp::parallel_for: a block of node " + std::to_string(b.node) +
@@ -325,12 +312,34 @@ void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::
     }
     if (error) std::rethrow_exception(error);
 }
+} // namespace detail
+
+/// \effects calls `body` on subranges covering [0, part.size()) exactly once (rows of a rows partition,
+/// elements otherwise): the threads of `tm` on node k claim chunks of block k (`grain` indexes, 0: an
+/// eighth of a thread's share), so the load balances within a node, never across. `body` takes a
+/// `subrange` or one `std::size_t`. Each thread of the region reads its CPU affinity once per call (as
+/// `team::current` does) and claims chunks only of the block of the node it is bound within, so no chunk
+/// runs in the region off its block's node. A thread not on `tm.node_of(t)` (`tm` read elsewhere, e.g.
+/// at top level and reused in a nested region, whose threads sit on the outer thread's places) thus
+/// helps another node's threads or, bound across nodes, claims nothing. If the region has fewer threads
+/// than `tm` (a nested region, OMP_THREAD_LIMIT) or some thread is off its node, the calling thread
+/// finishes after the region what no thread on a block's node claimed (off node), and one degradation
+/// per call is recorded (`degradations()`) naming the first such thread, the node it is on and the
+/// team's. Every index still runs exactly once.
+/// \throws invalid_placement before running anything when `tm` is empty (default-constructed or
+/// moved-from: even for an empty partition) or a non-empty block's node has no thread in `tm`; the first
+/// exception `body` throws (the other threads stop claiming chunks). A thread off its
+/// node is recorded, never thrown.
+template <class T, class Body>
+void parallel_for(const partition<T>& part, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
+    detail::parallel_for_blocks(part.untyped(), body, tm, grain);
+}
 
 /// \effects `omp::parallel_for` over the rows [0, rows.size()) of a row partition (block k's rows on
 /// node k's threads), as above.
 template <class T, class Body>
 void parallel_for(const row_partition<T>& rows, Body&& body, const team& tm = team::current(), std::size_t grain = 0) {
-    parallel_for(rows.template per_row<T>(), std::forward<Body>(body), tm, grain);
+    detail::parallel_for_blocks(rows.untyped(), body, tm, grain);
 }
 
 /// \effects `parallel_for(partition_of(c), body, tm, grain)` for a partitioned container.

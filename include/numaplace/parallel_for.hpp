@@ -307,7 +307,8 @@ R parallel_reduce(const row_partition<T>& rows, const R& identity, Body&& body, 
 /// \effects faults in the pages each block owns (a grain of `part.alignment()` bytes from `data` belongs to
 /// the block holding its first byte: `basic_partition::page_bytes`) from that block's node's arena,
 /// contents unchanged, after setting THP as `part.huge_pages()` says: each page is written once, by its
-/// owner. `data` must start on an `alignment()` boundary (numaplace allocations do). A memory-only node
+/// owner (any `data`: numaplace's allocations start on a grain, another range's first grain goes to the
+/// first block). A memory-only node
 /// has no arena: the pages its block owns are first set to prefer that node (`MPOL_PREFERRED`,
 /// degrading: a refusal is recorded in `degradations()` and the pages land where the touching thread
 /// runs), then touched from the nearest node with CPUs.
@@ -325,26 +326,27 @@ void first_touch(T* data, const partition<T>& part) {
     const topology& topo = topology::get();
     for (const block& b : e.blocks()) // every node checked before any block's pages are bound
         if (!b.empty()) topo.check(b.node);
-    auto* base = reinterpret_cast<char*>(data);
-    const std::size_t limit = memory::page_round(bytes);
+    // offsets from the grain holding data[0] (`lead` bytes before it; 0 for numaplace's allocations)
+    const std::size_t grain = e.alignment(), page = detail::page_size();
+    const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(data), lead = base % grain, origin = base - lead;
     for (std::size_t k = 0; k < e.block_count(); ++k) {
         const block b = e.block(k);
         if (b.empty() || topo.at(b.node).has_cpus()) continue;
-        const auto range = e.page_bytes(k, allocated);
-        const std::size_t to = std::min(range.second, limit);
-        if (range.first < to)
-            detail::place(base + range.first, to - range.first, memory::policy_mode::preferred, node_set{b.node},
+        // its whole pages inside the data (a page the data shares with other memory keeps its policy)
+        const auto range = e.page_bytes(k, allocated, lead);
+        const std::uintptr_t from = detail::round_up(std::max<std::uintptr_t>(origin + range.first, base), page);
+        const std::uintptr_t to = std::min<std::uintptr_t>(origin + range.second, detail::round_up(base + bytes, page));
+        if (from < to)
+            detail::place(reinterpret_cast<void*>(from), to - from, memory::policy_mode::preferred, node_set{b.node},
                           fallback::degrade, "first_touch: a memory-only node's block: ", detail::range_origin::foreign);
     }
-    // a subrange [i, j) of a block touches the grains whose first byte it holds
-    const std::size_t grain = e.alignment();
-    const auto owned_from = [&](std::size_t i) {
-        const std::size_t at = i * s;
-        return i == 0 ? std::size_t(0) : std::min(limit, (at + grain - 1) / grain * grain);
+    // a subrange [i, j) of a block touches the grains whose first byte it holds (data[0]'s for i = 0)
+    const auto owned_from = [&](std::size_t i) -> std::uintptr_t {
+        return i == 0 ? base : std::min(base + bytes, origin + detail::round_up(lead + i * s, grain));
     };
     parallel_for(part, [&](subrange r) {
-        const std::size_t from = owned_from(r.begin()), to = r.end() == e.size() ? limit : owned_from(r.end());
-        if (from < to) memory::touch(base + from, to - from);
+        const std::uintptr_t from = owned_from(r.begin()), to = owned_from(r.end());
+        if (from < to) memory::touch(reinterpret_cast<void*>(from), to - from);
     }, std::max<std::size_t>(1, grain / s));
 }
 

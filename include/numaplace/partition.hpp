@@ -28,8 +28,8 @@ class row_partition;
 namespace detail {
 /// \returns the cut points of a split of `n` indexes by work: cut k is the lowest index (from cut k - 1)
 /// whose prefix (work_prefix[i] - work_prefix[0]) is nearest the cumulative share of `shape`'s weights of
-/// the total work, non-decreasing, the first 0 and the last n. \throws invalid_placement
-/// when the prefix decreases.
+/// the total work, non-decreasing, the first 0 and the last n (no work at all: `shape`'s own edges, the
+/// indexes split by the weights). \throws invalid_placement when the prefix decreases.
 template <class W>
 std::vector<std::size_t> work_cuts(const basic_partition& shape, std::size_t n, const W* work_prefix) {
     const std::size_t count = shape.block_count();
@@ -43,6 +43,10 @@ std::vector<std::size_t> work_cuts(const basic_partition& shape, std::size_t n, 
         if (work_prefix[i + 1] < work_prefix[i])
             throw_invalid("partition::by_work: the work prefix decreases at index " + std::to_string(i));
     const std::size_t total = work(n);
+    if (total == 0) { // no work anywhere: any cut is within one index's work; split the indexes as weighted
+        for (std::size_t k = 1; k < count; ++k) cuts[k] = shape.block(k).begin;
+        return cuts;
+    }
     const auto& w = shape.weights();
     wide_uint prefix = 0, sum = 0;
     for (std::size_t x : w) sum += x;
@@ -82,6 +86,56 @@ std::vector<std::size_t> work_cuts(const basic_partition& shape, std::size_t n, 
 }
 } // namespace detail
 
+namespace detail {
+/// The observers `partition<T>` and `row_partition<T>` share, over the untyped partition they hold:
+/// indexes are elements of a `partition<T>` and rows of a `row_partition<T>`.
+class typed_partition_base {
+public:
+    /// \returns the untyped partition underneath.
+    const basic_partition& untyped() const noexcept { return p_; }
+    /// \returns the number of indexes.
+    std::size_t size() const noexcept { return p_.size(); }
+    /// \returns whether `size() == 0`.
+    bool empty() const noexcept { return p_.empty(); }
+    /// \returns T's per index (1 for elements, the row's length for rows).
+    std::size_t row_length() const noexcept { return p_.row_length(); }
+    /// \returns T's per unit of the layout (a row's length for rows and their element view, else 1).
+    std::size_t unit_length() const noexcept { return p_.unit_length(); }
+    /// \returns the number of T's covered: size() x row_length().
+    std::size_t element_count() const noexcept { return p_.element_count(); }
+    /// \returns the units the split was made for (a container's capacity in units).
+    std::size_t units() const noexcept { return p_.units(); }
+    /// \returns the placement grain in bytes (a page or a huge page): an allocation split by this partition
+    /// is aligned to it, and each grain belongs to the block holding its first byte.
+    std::size_t alignment() const noexcept { return p_.alignment(); }
+    /// \returns whether the placement asks for huge pages (MADV_HUGEPAGE) or keeps them off.
+    huge_page_advice huge_pages() const noexcept { return p_.huge_pages(); }
+    /// \returns the page geometry the split was made for.
+    const page_geometry& geometry() const noexcept { return p_.geometry(); }
+    /// \returns the page grain asked for.
+    edge_alignment edge_policy() const noexcept { return p_.edge_policy(); }
+    /// \returns the nodes, in block order.
+    const node_set& nodes() const noexcept { return p_.nodes(); }
+    /// \returns the weights, one per node.
+    const std::vector<std::size_t>& weights() const noexcept { return p_.weights(); }
+    /// \returns the number of blocks (one per node).
+    std::size_t block_count() const noexcept { return p_.block_count(); }
+    /// \returns block `k`, in this partition's indexes.
+    numaplace::block block(std::size_t k) const noexcept { return p_.block(k); }
+    /// \returns every block, in node order.
+    std::vector<numaplace::block> blocks() const { return p_.blocks(); }
+    /// \returns the block that holds index `index`.
+    numaplace::block block_of(std::size_t index) const noexcept { return p_.block_of(index); }
+    /// \returns the block of node `node_id` (empty when the node is not in the partition).
+    numaplace::block block_on(int node_id) const noexcept { return p_.block_on(node_id); }
+
+protected:
+    typed_partition_base() noexcept = default;
+    explicit typed_partition_base(const basic_partition& p) noexcept : p_(p) {}
+    basic_partition p_;
+};
+} // namespace detail
+
 /// A partition of an array of `T` (see the file comment): element partitions `partition<T>(n, ...)` and
 /// row partitions `partition<T>::rows(m, row_length, ...)`. The element type is part of the type:
 /// `partitioned_allocator<T>` takes only a `partition<T>`, `where(const T*, partition<T>)` and
@@ -89,7 +143,7 @@ std::vector<std::size_t> work_cuts(const basic_partition& shape, std::size_t n, 
 /// Trivially copyable; copies never throw; a moved-from partition equals its source; a
 /// default-constructed one is empty (no node, size 0) and every observer works on it.
 template <class T>
-class partition {
+class partition : public detail::typed_partition_base {
 public:
     /// `T`, the element type.
     using value_type = T;
@@ -101,17 +155,17 @@ public:
     /// \throws invalid_placement when no node has CPUs (or n × sizeof(T) overflows).
     explicit partition(std::size_t n, const topology& topo = topology::get(),
                        edge_alignment edges = edge_alignment::automatic)
-        : p_(n, sizeof(T), 1, topo.with_cpus(), {}, edges, topo, page_geometry::of(topo)) {}
+        : typed_partition_base(basic_partition(n, sizeof(T), 1, topo.with_cpus(), {}, edges, topo, page_geometry::of(topo))) {}
     /// \effects splits [0,n) over `nodes` with one integer weight per node (empty: cores per node;
     /// memory-only nodes then get nothing). Any weights that fit in size_t are legal.
     /// \throws unknown_node, invalid_placement (see basic_partition).
     partition(std::size_t n, const node_set& nodes, std::vector<std::size_t> weights = {},
               edge_alignment edges = edge_alignment::automatic, const topology& topo = topology::get())
-        : p_(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, page_geometry::of(topo)) {}
+        : typed_partition_base(basic_partition(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, page_geometry::of(topo))) {}
     /// As above, for an explicit page geometry (synthetic topologies, or planning for another machine).
     partition(std::size_t n, const node_set& nodes, std::vector<std::size_t> weights, edge_alignment edges,
               const topology& topo, const page_geometry& geometry)
-        : p_(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, geometry) {}
+        : typed_partition_base(basic_partition(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, geometry)) {}
 
     /// \returns the partition of `m` rows of `row_length` T's (an m x row_length row-major matrix) in whole
     /// rows, over the nodes with CPUs weighted by cores: a `row_partition<T>` (indexes are rows).
@@ -159,22 +213,19 @@ public:
     /// are split where their rows are. \throws invalid_placement for a map that decreases.
     template <class U, class I>
     partition<U> mapped(const I* index_map) const {
-        const basic_partition& p = p_;
-        std::vector<std::size_t> cuts(p.block_count() + 1, 0);
-        for (std::size_t k = 0; k < p.block_count(); ++k) {
-            const numaplace::block b = p.block(k);
-            if (index_map[b.end] < index_map[b.begin] || index_map[b.begin] < index_map[0])
-                detail::throw_invalid("partition::mapped: the index map decreases in block " + std::to_string(k));
-            cuts[k + 1] = static_cast<std::size_t>(index_map[b.end] - index_map[0]);
-        }
-        if (cuts.back() == 0 && p.block_count() != 0) return partition<U>::from_untyped(p.remade(sizeof(U), 1, p.edge_policy(), p.geometry()).resized(0));
-        return partition<U>::from_untyped(p.remade(sizeof(U), 1, p.edge_policy(), p.geometry()).with_cuts(cuts));
+        for (std::size_t i = 0; i < p_.size(); ++i)
+            if (index_map[i + 1] < index_map[i])
+                detail::throw_invalid("partition::mapped: the index map decreases at index " + std::to_string(i));
+        std::vector<std::size_t> cuts(p_.block_count() + 1, 0);
+        for (std::size_t k = 0; k < p_.block_count(); ++k)
+            cuts[k + 1] = static_cast<std::size_t>(index_map[p_.block(k).end] - index_map[0]);
+        return partition<U>::from_untyped(p_.remade(sizeof(U), 1, p_.edge_policy(), p_.geometry()).with_cuts(cuts));
     }
     /// \returns the same blocks over an array of `U` with one entry per index (y of type float beside x of
     /// type double, a row_ptr of int): same nodes, weights and index count.
     template <class U>
     partition<U> as() const {
-        return partition<U>::from_untyped(p_.remade(sizeof(U), 1, p_.edge_policy(), p_.geometry()).resized(p_.size()));
+        return partition<U>::from_untyped(p_.remade(sizeof(U), p_.unit_length(), p_.edge_policy(), p_.geometry())).clipped(p_.size());
     }
 
     /// \returns `p` as a partition of `T`, the named step from an untyped one (a partition of rows gives
@@ -186,46 +237,8 @@ public:
                                   std::to_string(sizeof(T)) + "-byte elements");
         return partition(p);
     }
-    /// \returns the untyped partition underneath (units are elements).
-    const basic_partition& untyped() const noexcept { return p_; }
-
-    /// \returns the number of indexes (elements).
-    std::size_t size() const noexcept { return p_.size(); }
-    /// \returns whether `size() == 0`.
-    bool empty() const noexcept { return p_.empty(); }
-    /// \returns T's per index: 1.
-    std::size_t row_length() const noexcept { return p_.row_length(); }
-    /// \returns T's per unit of the layout (a row's length for the element view of rows, else 1).
-    std::size_t unit_length() const noexcept { return p_.unit_length(); }
-    /// \returns the number of T's covered: size() × row_length().
-    std::size_t element_count() const noexcept { return p_.element_count(); }
-    /// \returns the units the split was made for (a container's capacity in units).
-    std::size_t units() const noexcept { return p_.units(); }
     /// \returns `sizeof(T)`.
     std::size_t element_size() const noexcept { return sizeof(T); }
-    /// \returns the placement grain in bytes (a page or a huge page): an allocation split by this partition
-    /// is aligned to it, and each grain belongs to the block holding its first byte.
-    std::size_t alignment() const noexcept { return p_.alignment(); }
-    /// \returns whether the placement asks for huge pages (MADV_HUGEPAGE) or keeps them off.
-    huge_page_advice huge_pages() const noexcept { return p_.huge_pages(); }
-    /// \returns the page geometry the split was made for.
-    const page_geometry& geometry() const noexcept { return p_.geometry(); }
-    /// \returns the edge alignment asked for.
-    edge_alignment edge_policy() const noexcept { return p_.edge_policy(); }
-    /// \returns the nodes, in block order.
-    const node_set& nodes() const noexcept { return p_.nodes(); }
-    /// \returns the weights, one per node.
-    const std::vector<std::size_t>& weights() const noexcept { return p_.weights(); }
-    /// \returns the number of blocks (one per node).
-    std::size_t block_count() const noexcept { return p_.block_count(); }
-    /// \returns block `k` (element indexes).
-    numaplace::block block(std::size_t k) const noexcept { return p_.block(k); }
-    /// \returns every block, in node order.
-    std::vector<numaplace::block> blocks() const { return p_.blocks(); }
-    /// \returns the block that holds element `index`.
-    numaplace::block block_of(std::size_t index) const noexcept { return p_.block_of(index); }
-    /// \returns the block of node `node_id` (empty when the node is not in the partition).
-    numaplace::block block_on(int node_id) const noexcept { return p_.block_on(node_id); }
 
     /// \returns the same layout split for `m` indexes. \throws invalid_placement on byte overflow, or for
     /// m > 0 on an empty partition.
@@ -243,8 +256,7 @@ private:
     friend class row_partition;
     template <class U>
     friend class partition;
-    explicit partition(const basic_partition& p) noexcept : p_(p.elements()) {}
-    basic_partition p_;
+    explicit partition(const basic_partition& p) noexcept : typed_partition_base(p.elements()) {}
 };
 
 /// A partition of the rows of an m x row_length row-major matrix of `T` (`partition<T>::rows`): indexes
@@ -254,7 +266,7 @@ private:
 /// than its partition's extent is refused by the allocator (invalid_placement), never placed silently.
 /// Trivially copyable; a default-constructed one is empty.
 template <class T>
-class row_partition {
+class row_partition : public detail::typed_partition_base {
 public:
     /// `T`, the element type.
     using value_type = T;
@@ -271,43 +283,8 @@ public:
                                   std::to_string(sizeof(T)) + "-byte elements");
         return row_partition(p);
     }
-    /// \returns the untyped partition underneath (units are rows).
-    const basic_partition& untyped() const noexcept { return p_; }
-
-    /// \returns the number of rows.
-    std::size_t size() const noexcept { return p_.size(); }
-    /// \returns whether there is no row.
-    bool empty() const noexcept { return p_.empty(); }
-    /// \returns T's per row.
-    std::size_t row_length() const noexcept { return p_.row_length(); }
-    /// \returns the T's the rows hold: size() x row_length().
-    std::size_t element_count() const noexcept { return p_.element_count(); }
-    /// \returns the rows the split was made for.
-    std::size_t units() const noexcept { return p_.units(); }
     /// \returns `sizeof(T)`.
     std::size_t element_size() const noexcept { return sizeof(T); }
-    /// \returns the placement grain in bytes of the matrix's allocation.
-    std::size_t alignment() const noexcept { return p_.alignment(); }
-    /// \returns whether the placement asks for huge pages or keeps them off.
-    huge_page_advice huge_pages() const noexcept { return p_.huge_pages(); }
-    /// \returns the page geometry the split was made for.
-    const page_geometry& geometry() const noexcept { return p_.geometry(); }
-    /// \returns the page grain asked for.
-    edge_alignment edge_policy() const noexcept { return p_.edge_policy(); }
-    /// \returns the nodes, in block order.
-    const node_set& nodes() const noexcept { return p_.nodes(); }
-    /// \returns the weights, one per node.
-    const std::vector<std::size_t>& weights() const noexcept { return p_.weights(); }
-    /// \returns the number of blocks (one per node).
-    std::size_t block_count() const noexcept { return p_.block_count(); }
-    /// \returns block `k` (row indexes).
-    numaplace::block block(std::size_t k) const noexcept { return p_.block(k); }
-    /// \returns every block, in node order (row indexes).
-    std::vector<numaplace::block> blocks() const { return p_.blocks(); }
-    /// \returns the block that holds row `row`.
-    numaplace::block block_of(std::size_t row) const noexcept { return p_.block_of(row); }
-    /// \returns the block of node `node_id` (empty when the node is not in the partition).
-    numaplace::block block_on(int node_id) const noexcept { return p_.block_on(node_id); }
 
     /// \returns the same layout split for `m` rows. \throws invalid_placement on byte overflow, or for m > 0
     /// on an empty partition.
@@ -319,7 +296,7 @@ public:
     /// \returns the partition of an array of size() U's, one per row, whose block k holds block k's rows.
     template <class U = T>
     partition<U> per_row() const {
-        return partition<U>::from_untyped(p_.remade(sizeof(U), 1, p_.edge_policy(), p_.geometry()).resized(p_.size()));
+        return partition<U>::from_untyped(p_.remade(sizeof(U), 1, p_.edge_policy(), p_.geometry())).clipped(p_.size());
     }
 
     friend bool operator==(const row_partition& a, const row_partition& b) noexcept { return a.p_ == b.p_; }
@@ -328,8 +305,7 @@ public:
 private:
     template <class U>
     friend class partition;
-    explicit row_partition(const basic_partition& p) noexcept : p_(p) {}
-    basic_partition p_;
+    explicit row_partition(const basic_partition& p) noexcept : typed_partition_base(p) {}
 };
 
 template <class T>

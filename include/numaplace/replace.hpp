@@ -63,7 +63,7 @@ replace_report replace(const T* data, const partition<T>& part, fallback fb = fa
     detail::refuse_partitioned_overlap(data, bytes);
     detail::replace_plan plan = detail::make_plan(data, bytes, topo);
     plan.what = "partition over nodes " + detail::nodes_text(part.nodes());
-    if (plan.pages) detail::plan_partition(plan, e.untyped(), sizeof(T));
+    if (plan.pages) detail::plan_partition(plan, e.untyped());
     return detail::run_replace(plan, fb, opts);
 }
 
@@ -116,7 +116,7 @@ replace_report replace(Container& c, const partition<T>& part, fallback fb = fal
         detail::replace_plan plan = detail::make_plan(c.data(), memory::page_round(bytes), topo);
         plan.what = "partition over nodes " + detail::nodes_text(part.nodes());
         plan.owned = true;
-        detail::plan_partition(plan, part.untyped().for_bytes(bytes).elements(), sizeof(T));
+        detail::plan_partition(plan, part.untyped().for_bytes(bytes).elements());
         // Everything is checked: from here on the record follows the new layout, whatever the kernel does.
         detail::placed_buffers::instance().relayout(c.data(), own ? allocator.placement().partition() : part.untyped(), !own);
         return detail::run_replace(plan, fb, opts);

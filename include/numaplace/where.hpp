@@ -152,8 +152,8 @@ partition_locality locality(const T* data, std::size_t count, ExpectedNode&& exp
 
 namespace detail {
 /// \returns the locality of the elements [0, e.size()) at `data` against the element partition `e`: the
-/// owner of the small page at address x is the block owning the grain (e.alignment() bytes from `data`)
-/// of x's first byte in the range (`basic_partition::page_bytes`, in the split of e's whole allocation).
+/// owner of a small page is the block owning its grain (`basic_partition::page_bytes` with the range's
+/// own lead into its first grain, as the placement, `first_touch` and `replace` have it).
 template <class T>
 partition_locality partition_where(const T* data, const basic_partition& e, const topology& topo) {
     partition_locality r;
@@ -162,26 +162,26 @@ partition_locality partition_where(const T* data, const basic_partition& e, cons
     if (count == 0) return r;
     const std::size_t bytes = count * s, allocated = e.units() * e.unit_bytes(); // fit: checked when made
     const std::size_t grain = e.alignment(), page = page_size(), blocks = e.block_count();
-    std::vector<std::size_t> owned(blocks + 1); // owned[k]: the first byte block k's pages start at
-    std::vector<std::size_t> starts;            // byte offsets where a non-empty block starts, but the first
-    for (std::size_t k = 0; k <= blocks; ++k) owned[k] = k < blocks ? e.page_bytes(k, allocated).first : e.page_bytes(blocks - 1, allocated).second;
-    for (std::size_t k = 0; k < blocks; ++k) {
-        const block b = e.block(k);
-        if (!b.empty() && b.begin != 0) starts.push_back(b.begin * s);
-    }
     const auto base = reinterpret_cast<std::uintptr_t>(data);
-    const std::uintptr_t first_page = base / page * page;
+    const std::size_t lead = base % grain; // offsets below are from the grain holding data[0]
+    std::vector<std::size_t> owned(blocks + 1); // owned[k]: where block k's grains start
+    std::vector<std::size_t> starts;            // where each non-empty block but the first starts
+    for (std::size_t k = 0; k < blocks; ++k) {
+        owned[k] = e.page_bytes(k, allocated, lead).first;
+        const block b = e.block(k);
+        if (!b.empty() && b.begin != 0) starts.push_back(lead + b.begin * s);
+    }
+    owned[blocks] = e.page_bytes(blocks - 1, allocated, lead).second;
+    const std::uintptr_t origin = base - lead, first_page = base / page * page;
     std::size_t k = 0;
     for_each_page_node(data, bytes, [&](std::size_t i, int status) {
         const int id = count_page(r.histogram, status, topo);
         if (status < 0) return;
-        const std::uintptr_t addr = first_page + i * page;
-        const std::size_t offset = addr <= base ? 0 : addr - base;
-        const std::size_t unit = offset / grain * grain, unit_end = std::min(bytes, unit + std::min(grain, bytes - unit));
-        if (owned[k] > unit) k = 0;
-        while (k + 1 < blocks && owned[k + 1] <= unit) ++k;
-        const auto next = std::upper_bound(starts.begin(), starts.end(), unit);
-        const bool two = next != starts.end() && *next < unit_end;
+        const std::size_t at = first_page + i * page - origin; // >= 0: origin <= first_page
+        const std::size_t g = at / grain * grain, g_end = std::min(g + grain, lead + bytes);
+        while (k + 1 < blocks && owned[k + 1] <= g) ++k; // pages come in address order
+        const auto next = std::upper_bound(starts.begin(), starts.end(), g);
+        const bool two = next != starts.end() && *next < g_end;
         if (id < 0 || id != e.nodes()[k]) ++r.remote;
         else if (two) ++r.shared;
         else ++r.local;

@@ -168,6 +168,7 @@ struct oracle_args {
     std::vector<std::size_t> weights;
     edge_alignment edges;
     page_geometry geometry;
+    std::size_t lead = 0; // where a range starts into its first grain (taken modulo the grain)
 };
 
 // Checks one partition against the contract, computed independently from its arguments.
@@ -213,21 +214,38 @@ std::string check_against_oracle(const basic_partition& p, const oracle_args& a)
         edge[k + 1] = e;
     }
     if (expected_begin != a.n) return "coverage";
-    // pages: in an allocation of n units, grain j (align bytes) belongs to the block holding its first
-    // byte; block k's pages start at its first byte rounded up to a grain (0 for the first), the last one
-    // ends at the allocation's end rounded up to a small page.
+    // pages, stated directly: a grain (align bytes from an aligned origin, the range starting `lead` bytes
+    // into its first grain) belongs to the block holding its first byte in the range. Checked for the
+    // grains around every edge and at both ends, with lead 0 and with the case's own lead; the blocks'
+    // ranges must tile [0, range end rounded up to a small page).
     const wide bytes = static_cast<wide>(a.n) * unit;
-    const wide end = (bytes + a.geometry.page - 1) / a.geometry.page * a.geometry.page;
-    if (end > size_max) return {}; // no allocation of that size exists
-    for (std::size_t k = 0; k < a.weights.size(); ++k) {
-        const auto range = p.page_bytes(k, static_cast<std::size_t>(bytes));
-        const auto at = [&](std::size_t j) -> wide {
-            if (j == 0) return 0;
-            if (j == a.weights.size()) return end;
-            const wide first = static_cast<wide>(edge[j]) * unit;
-            return std::min(end, (first + align - 1) / align * align);
-        };
-        if (range.first != at(k) || range.second != at(k + 1)) return "page range of block " + std::to_string(k);
+    for (const std::size_t lead : {std::size_t(0), a.lead % align}) {
+        const wide end = (lead + bytes + a.geometry.page - 1) / a.geometry.page * a.geometry.page;
+        if (end > size_max) return {}; // no range of that size exists
+        std::vector<std::pair<std::size_t, std::size_t>> ranges;
+        for (std::size_t k = 0; k < a.weights.size(); ++k) ranges.push_back(p.page_bytes(k, static_cast<std::size_t>(bytes), lead));
+        wide at = 0;
+        for (const auto& r : ranges) {
+            if (r.first != at || r.second < r.first) return "page ranges do not tile, lead " + std::to_string(lead);
+            at = r.second;
+        }
+        if (at != end) return "page ranges end off the range's end, lead " + std::to_string(lead);
+        if (bytes == 0) continue;
+        std::vector<wide> grains = {0, (lead + bytes - 1) / align * align};
+        for (std::size_t k = 1; k < edge.size(); ++k) {
+            const wide g = (lead + static_cast<wide>(edge[k]) * unit) / align * align;
+            for (const wide d : {wide(0), wide(align)}) grains.push_back(g + d), grains.push_back(g >= align ? g - align : 0);
+        }
+        for (const wide g : grains) {
+            const wide first = std::max<wide>(g, lead);
+            if (first >= lead + bytes) continue;
+            const wide u = (first - lead) / unit; // the unit holding the grain's first byte in the range
+            std::size_t owner = 0;
+            while (owner + 1 < edge.size() && !(edge[owner] <= u && u < edge[owner + 1])) ++owner;
+            if (!(ranges[owner].first <= g && g < ranges[owner].second))
+                return "grain at " + std::to_string(static_cast<std::size_t>(g)) + " not in block " + std::to_string(owner) +
+                       "'s pages, lead " + std::to_string(lead);
+        }
     }
     return {};
 }
@@ -307,7 +325,7 @@ TEST(partition, property_random_partitions_match_the_oracle) {
         const edge_alignment edges = static_cast<edge_alignment>(pick(0, 2));
         page_geometry g{4096, 2 * mib, static_cast<thp_mode>(pick(0, 2))};
         if (pick(0, 9) == 0) g = page_geometry{65536, 512 * mib, g.thp}; // arm64 with 64 KiB pages
-        oracle_args args{n, element, row, w, edges, g};
+        oracle_args args{n, element, row, w, edges, g, pick(0, max_size)};
         const basic_partition p(n, element, row, topo.all(), w, edges, topo, g);
         huge_cases += p.alignment() == g.huge;
         std::string why = check_against_oracle(p, args);
@@ -931,7 +949,9 @@ TEST(partition_work, property_work_partitions_against_a_brute_force_oracle) {
             if (p.block(k).begin != at) why = "begin";
             cum += w[k];
             std::size_t cut = n;
-            if (k + 1 < nodes) { // nearest |prefix[i] x sum - total x cum| over i >= at, ties low
+            if (k + 1 < nodes && prefix[n] == 0) { // no work: the indexes split by weight, ceil(n x cum / sum)
+                cut = (n * cum + sum - 1) / sum;
+            } else if (k + 1 < nodes) { // nearest |prefix[i] x sum - total x cum| over i >= at, ties low
                 const wide target = wide(prefix[n]) * cum;
                 cut = at;
                 wide best = ~wide(0);
@@ -959,4 +979,92 @@ TEST(partition_rows, rows_are_a_type_of_their_own_and_per_row_splits_the_vector_
     EXPECT_EQ(rows.elements().size(), 100u * 1001u);
     EXPECT_EQ(rows.per_row<float>().block(1), rows.block(1));
     EXPECT_THROW(np::row_partition<double>::from_untyped(rows.elements().untyped()), np::invalid_placement);
+}
+
+// --- Issue 47, attacked: work partitions, cut points, mapped and retyped partitions, rows at the edges.
+TEST(partition_attack, work_partitions_at_the_edges) {
+    const auto& topo = synthetic(4);
+    // n = 0: every block empty, the weights kept
+    const std::vector<long> none = {7};
+    const auto z = partition<double>::by_work(0, none.data(), topo.all(), {}, edge_alignment::page, topo);
+    EXPECT_EQ(z.size(), 0u);
+    EXPECT_EQ(z.weights(), (std::vector<std::size_t>{2, 2, 2, 2}));
+    // no work at all: the indexes split as weighted (not all on one node)
+    const std::vector<long> flat(11, 5);
+    EXPECT_EQ(block_sizes(partition<double>::by_work(10, flat.data(), topo.all(), {}, edge_alignment::page, topo).blocks()),
+              (std::vector<std::size_t>{3, 2, 3, 2}));
+    // one index holding all the work: one block has it, the others are empty or work-free
+    const std::vector<unsigned> one = {0, 1000};
+    const auto o = partition<double>::by_work(1, one.data(), topo.all(), {}, edge_alignment::page, topo);
+    EXPECT_EQ(o.size(), 1u);
+    EXPECT_EQ(o.block_of(0).size(), 1u);
+    // a prefix not starting at 0, of a signed type, and work near SIZE_MAX in total
+    const std::vector<long> shifted = {-40, -30, -20, -10, 0};
+    EXPECT_EQ(block_sizes(partition<char>::by_work(4, shifted.data(), topo.all(), {}, edge_alignment::page, topo).blocks()),
+              (std::vector<std::size_t>{1, 1, 1, 1}));
+    const std::vector<std::size_t> big = {0, max_size / 2, max_size - 1};
+    const auto b = partition<char>::by_work(2, big.data(), node_set{0, 1}, {1, 1}, edge_alignment::page, topo);
+    EXPECT_EQ(block_sizes(b.blocks()), (std::vector<std::size_t>{1, 1}));
+    // zero weights get nothing, a decreasing prefix is refused, an unknown node too
+    const std::vector<long> ramp = {0, 1, 2, 3, 4, 5, 6, 7, 8};
+    EXPECT_EQ(block_sizes(partition<char>::by_work(8, ramp.data(), topo.all(), {0, 1, 0, 1}, edge_alignment::page, topo).blocks()),
+              (std::vector<std::size_t>{0, 4, 0, 4}));
+    const std::vector<long> down = {0, 5, 4};
+    EXPECT_THROW(partition<char>::by_work(2, down.data(), topo.all(), {}, edge_alignment::page, topo), np::invalid_placement);
+    EXPECT_THROW(partition<char>::by_work(2, ramp.data(), node_set{0, 9}, {}, edge_alignment::page, topo), np::unknown_node);
+}
+
+TEST(partition_attack, cut_points_mapped_and_retyped_at_the_edges) {
+    const auto& topo = synthetic(2);
+    const auto c = partition<int>::from_cuts({0, 0, 5}, node_set{0, 1}, edge_alignment::page, topo);
+    EXPECT_EQ(c.block(0), (block{0, 0, 0}));
+    EXPECT_EQ(c.block(1), (block{1, 0, 5}));
+    EXPECT_EQ(c.resized(10).block(1), (block{1, 0, 10})); // weights = block sizes: growth scales them
+    EXPECT_THROW(partition<int>::from_cuts({0, 6, 5}, node_set{0, 1}, edge_alignment::page, topo), np::invalid_placement);
+    EXPECT_THROW(partition<int>::from_cuts({1, 3, 5}, node_set{0, 1}, edge_alignment::page, topo), np::invalid_placement);
+    EXPECT_THROW(partition<int>::from_cuts({0, 5}, node_set{0, 1}, edge_alignment::page, topo), np::invalid_placement);
+    // mapped: an empty matrix (no non-zeros) maps to an empty partition with the rows' weights
+    const partition<double> rows(4, node_set{0, 1}, {1, 1}, edge_alignment::page, topo, plain);
+    const std::vector<int> empty_map(5, 3), shrinking = {0, 2, 1, 3, 4};
+    const auto e = rows.mapped<double>(empty_map.data());
+    EXPECT_EQ(e.size(), 0u);
+    EXPECT_EQ(e.weights(), rows.weights());
+    EXPECT_THROW((void)rows.mapped<double>(shrinking.data()), np::invalid_placement);
+    const std::vector<int> below = {5, 6, 7, 0, 8};
+    EXPECT_THROW((void)rows.mapped<double>(below.data()), np::invalid_placement);
+    // as<U> and per_row<U> keep a clipped partition's split (a container's partition_of is clipped)
+    const partition<double> grown(1000, node_set{0, 1}, {3, 1}, edge_alignment::page, topo, plain);
+    const auto clip = grown.clipped(10);
+    EXPECT_EQ(clip.as<char>().size(), 10u);
+    EXPECT_EQ(clip.as<char>().units(), 1000u);
+    EXPECT_EQ(clip.as<char>().block(0), clip.block(0));
+    const auto m = partition<double>::rows(10, 7, node_set{0, 1}, {}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(m.elements().as<float>().blocks(), m.elements().blocks()); // the element view of rows: per element
+    EXPECT_EQ(m.clipped(3).per_row<int>().size(), 3u);
+    EXPECT_EQ(m.clipped(3).per_row<int>().block(1), m.clipped(3).block(1));
+    // moved-from and default row partitions: every observer works
+    np::row_partition<double> d;
+    EXPECT_EQ(d.size(), 0u);
+    EXPECT_EQ(d.block_count(), 0u);
+    EXPECT_EQ(d.elements().size(), 0u);
+    np::row_partition<double> src = m, moved = std::move(src);
+    EXPECT_EQ(src, moved); // trivially copyable: a move copies
+}
+
+TEST(partition_attack, page_ranges_at_the_edges) {
+    const auto& topo = synthetic(2);
+    const basic_partition p(100, 8, 1, node_set{0, 1}, {1, 1}, edge_alignment::page, topo, plain);
+    // 0 bytes: one empty range at 0; 1 byte, page - 1, page: the first block owns the only page
+    EXPECT_EQ(p.page_bytes(0, 0), (std::pair<std::size_t, std::size_t>{0, 0}));
+    for (std::size_t bytes : {std::size_t(1), std::size_t(4095), std::size_t(4096)}) {
+        EXPECT_EQ(p.for_bytes(bytes).page_bytes(0, bytes), (std::pair<std::size_t, std::size_t>{0, 4096})) << bytes;
+        EXPECT_EQ(p.for_bytes(bytes).page_bytes(1, bytes).first, 4096u) << bytes;
+    }
+    // a lead of page - 1: the range's first grain is the first block's, the end rounds up past it
+    EXPECT_EQ(p.for_bytes(2).page_bytes(1, 2, 4095), (std::pair<std::size_t, std::size_t>{8192, 8192}));
+    EXPECT_EQ(p.for_bytes(2).page_bytes(0, 2, 4095), (std::pair<std::size_t, std::size_t>{0, 8192}));
+    // SIZE_MAX - k bytes: saturates instead of wrapping; k past the count: empty
+    const basic_partition all(max_size, 1, 1, node_set{0, 1}, {1, 1}, edge_alignment::page, topo, plain);
+    EXPECT_EQ(all.page_bytes(1, max_size - 3).second, max_size);
+    EXPECT_EQ(all.page_bytes(2, 10), (std::pair<std::size_t, std::size_t>{0, 0}));
 }

@@ -76,27 +76,23 @@ inline replace_plan make_plan(const void* p, std::size_t bytes, const topology& 
     return plan;
 }
 
-/// \effects runs of a partition `e` (element indexes) over elements of `element_size` bytes at
-/// plan.begin: page i goes to the block owning the grain (e.alignment() bytes from plan.begin) of its
-/// first byte in the range (`basic_partition::page_bytes`, the first page to the first block), as the
-/// placement and `where` have it.
-inline void plan_partition(replace_plan& plan, const basic_partition& e, std::size_t element_size) {
+/// \effects runs of a partition `e` (element indexes) over the range at plan.begin: each page to the block
+/// owning its grain (`basic_partition::page_bytes` with the range's lead into its first grain), as the
+/// placement, `first_touch` and `where` have it.
+inline void plan_partition(replace_plan& plan, const basic_partition& e) {
     if (plan.pages == 0 || e.block_count() == 0) return;
-    const std::size_t page = plan.page_size();
+    const std::size_t page = plan.page_size(), grain = e.alignment(), lead = plan.begin % grain;
     const std::size_t allocated = e.units() * e.unit_bytes();
+    const std::uintptr_t origin = plan.begin - lead; // <= plan.first
     for (std::size_t k = 0; k < e.block_count(); ++k) {
-        const auto range = e.page_bytes(k, allocated);
+        const auto range = e.page_bytes(k, allocated, lead);
         if (range.first == range.second) continue;
-        // the first page whose start is at or past the block's first byte rounded up to a grain (absolute
-        // addresses: the same as page_bytes for an aligned range, the page-start rule for any other)
-        const std::uintptr_t at = plan.begin + e.block(k).begin * element_size;
-        const std::size_t i = range.first == 0 ? 0 : (round_up(at, e.alignment()) - plan.first) / page;
+        const std::size_t i = (origin + range.first <= plan.first ? 0 : origin + range.first - plan.first) / page;
         if (i >= plan.pages) continue;
         const int node = e.nodes()[k];
         if (!plan.runs.empty() && plan.runs.back().first == i) plan.runs.back().second = node;
         else if (plan.runs.empty() || plan.runs.back().second != node) plan.runs.emplace_back(i, node);
     }
-    if (plan.runs.empty() || plan.runs.front().first != 0) plan.runs.insert(plan.runs.begin(), {0, e.block(0).node});
 }
 
 /// \effects target_os[j] = OS node of page first + j, for j < count (runs walked once, not searched per page).
