@@ -107,28 +107,39 @@ TEST(readme_attack, weighted_interleave_with_zero_weights) {
 }
 
 TEST(readme_attack, small_partitioned_allocations_live_where_their_loop_runs) {
-    // Below a page, an allocation comes from the home node's heap; its split puts all units in the last
-    // weighted block: the two must agree, or the loop runs on one node over data on another.
+    // Below a page, an allocation comes from the home node's heap (the first weighted node, whose block
+    // holds index 0), aligned so that it lies in one page; that page belongs to the block holding its first
+    // byte, index 0's: heap, pages and where() agree, while the loop's blocks stay exact.
     const topology& topo = topology::get();
-    for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(511)}) {
+    for (std::size_t n : {std::size_t(1), std::size_t(3), std::size_t(6), std::size_t(100), std::size_t(511)}) {
         const partition<double> p(n);
         const partitioned pl(p);
         const basic_partition split = pl.partition_for(n * sizeof(double));
-        std::size_t nonempty = 0;
-        for (const block& b : split.blocks())
-            if (!b.empty()) {
-                ++nonempty;
-                EXPECT_EQ(b.node, pl.home_node()) << n;
-            }
-        EXPECT_EQ(nonempty, 1u);
+        EXPECT_EQ(split.block_of(0).node, pl.home_node()) << n;
+        for (std::size_t k = 0; k < split.block_count(); ++k) // compute within one index of its share
+            EXPECT_LE(split.block(k).size(), n / split.block_count() + 1) << n;
         partitioned_vector<double> v(n, partitioned_allocator<double>(p));
+        const auto at = reinterpret_cast<std::uintptr_t>(v.data());
+        const std::size_t page = detail::page_size();
+        EXPECT_EQ(at / page, (at + n * sizeof(double) - 1) / page) << n << ": in one page";
+        { // and every one of many (a class of 48 bytes packed from a span's start would straddle pages)
+            std::vector<partitioned_vector<double>> many;
+            std::size_t straddling = 0;
+            for (int i = 0; i < 200; ++i) {
+                many.emplace_back(n, partitioned_allocator<double>(p));
+                const auto a = reinterpret_cast<std::uintptr_t>(many.back().data());
+                straddling += a / page != (a + n * sizeof(double) - 1) / page;
+            }
+            EXPECT_EQ(straddling, 0u) << n;
+        }
         parallel_for(v, [&](subrange r) {
             for (std::size_t i = r.begin(); i < r.end(); ++i) v[i] = 1.0;
         });
         if (topo.capabilities().memory_binding) {
             const partition_locality l = where(v.data(), partition_of(v));
             EXPECT_EQ(l.remote, 0u) << n;
-            EXPECT_EQ(l.local, l.histogram.pages) << n;
+            EXPECT_EQ(l.local + l.shared, l.histogram.pages) << n;
+            EXPECT_EQ(l.histogram.pages, 1u) << n;
         }
     }
 }

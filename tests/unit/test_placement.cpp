@@ -18,6 +18,7 @@
 
 #include <child.hpp>
 #include <expect.hpp>
+#include <owned_pages.hpp>
 #include <seccomp.hpp>
 #include <smaps.hpp>
 
@@ -287,21 +288,17 @@ TEST(placement, equal_weights_reduce_to_plain_interleave) {
     }
 }
 
+
 TEST(placement, partitioned_puts_block_k_on_node_k) {
     const std::size_t n = 48 * mib / sizeof(double) + 123;
     partition<double> part(n);
     lazy_vector<partitioned_allocator<double>> v(n, partitioned_allocator<double>(part));
     EXPECT_EQ(where(v).untouched, where(v).pages);
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data()) % part.alignment(), 0u) << "an allocation starts on a grain";
     memory::touch(v.data(), n * sizeof(double)); // one thread: binding, not first touch, decides
-    auto loc = where(v.data(), part);
-    EXPECT_EQ(loc.histogram.untouched, 0u);
-    EXPECT_EQ(loc.remote, 0u);
-    EXPECT_EQ(loc.local, loc.histogram.pages);
-    for (const auto& b : part.blocks()) {
-        if (b.empty()) continue;
-        auto h = where(v.data() + b.begin, b.size() * sizeof(double));
-        EXPECT_EQ(h.on(b.node), h.pages) << "block of node " << b.node;
-    }
+    // each grain on the node of the block holding its first byte: exact page counts per node, no page
+    // elsewhere, at most one shared grain per edge (a huge one where the partition places huge pages)
+    numaplace_test::expect_pages_on_their_owners(v.data(), part, "48 MiB + 123 doubles, alignment " + std::to_string(part.alignment()));
 }
 
 TEST(placement, partitioned_allocation_of_another_size_is_split_by_the_same_weights) {
@@ -322,14 +319,16 @@ TEST(placement, partitioned_rows_allocation_is_split_in_whole_rows) {
     EXPECT_EQ(split, part.untyped());
     lazy_vector<partitioned_allocator<double>> v(rows * cols, a);
     memory::touch(v.data(), v.size() * sizeof(double));
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(v.data()) % part.alignment(), 0u) << "an allocation starts on a grain";
     auto loc = where(v.data(), part); // all rows * cols elements
     EXPECT_EQ(loc.histogram.pages, pages_of(rows * cols * sizeof(double)));
-    EXPECT_EQ(loc.remote, 0u);
-    for (const auto& b : part.blocks()) {
-        if (b.empty()) continue;
-        auto h = where(v.data() + b.begin * cols, b.size() * cols * sizeof(double));
-        EXPECT_EQ(h.on(b.node), h.pages) << "rows of node " << b.node;
+    const partition<double> elements = part.elements();
+    for (std::size_t k = 0; k < part.block_count(); ++k) { // the element view has the same whole-row blocks
+        EXPECT_EQ(elements.block(k).begin, part.block(k).begin * cols) << "block " << k;
+        EXPECT_EQ(elements.block(k).end, part.block(k).end * cols) << "block " << k;
     }
+    // 8000-byte rows: edges fall inside pages; each page on the node of the block holding its first byte
+    numaplace_test::expect_pages_on_their_owners(v.data(), elements, "3000 rows of 8000 bytes, alignment " + std::to_string(part.alignment()));
 }
 
 namespace {

@@ -622,9 +622,10 @@ TEST(replace, one_vma_per_block_and_no_further_split) {
     EXPECT_EQ(r.moved + r.in_place + r.untouched, r.pages);
     const auto per_node = check_pages(d, n, part.blocks());
     std::size_t non_empty = 0;
-    for (const auto& b : part.blocks()) {
-        non_empty += !b.empty();
-        EXPECT_EQ(per_node[static_cast<std::size_t>(b.node)], b.size() * sizeof(double) / page);
+    for (std::size_t k = 0; k < part.block_count(); ++k) { // the pages each block owns: its first byte's
+        non_empty += !part.block(k).empty();
+        const auto range = part.untyped().page_bytes(k, n * sizeof(double));
+        EXPECT_EQ(per_node[static_cast<std::size_t>(part.block(k).node)], (range.second - range.first) / page);
     }
     EXPECT_EQ(vmas_over(d, n * sizeof(double)), non_empty) << "more VMAs than blocks";
     // Again by the same partition: nothing splits further.

@@ -67,12 +67,19 @@ pool_pages pool_pages_of(const Placement& p, std::size_t bytes) noexcept {
 
 /// \returns the heap slot serving `bytes` at `alignment` for `placement`, or heap_no_slot (own mapping).
 /// \notes `on_node` pools every class up to 1 MiB (below a page only on explicit pages); the other
-/// placements pool blocks below a page only (their larger blocks must be spread page by page).
+/// placements pool blocks below a page only (their larger blocks must be spread page by page), a
+/// partitioned one within one page.
 template <class Placement>
 NUMAPLACE_ALWAYS_INLINE std::size_t route_slot(const Placement& placement, std::size_t bytes, std::size_t alignment) noexcept {
     if constexpr (std::is_same<Placement, on_node>::value)
         if (NUMAPLACE_LIKELY(!on_explicit_pages(placement)) || bytes < page_size()) return heap_slot(bytes, alignment);
     (void)placement;
+    if constexpr (std::is_same<Placement, partitioned>::value)
+        // A partitioned block below a page is aligned to its size rounded up to a power of two, so it lies
+        // in one page: that page's owner is the block holding index 0 (basic_partition::page_bytes), the
+        // home node's, whose heap serves it. At most twice the bytes, for arrays below a page only.
+        if (bytes > 1 && bytes < page_size())
+            alignment = std::max(alignment, std::size_t(1) << (64 - __builtin_clzll(bytes - 1)));
     const std::size_t c = heap_class(bytes, alignment);
     return bytes < page_size() && c != heap_no_class && heap_table.info[c].size <= page_size() ? c : heap_no_slot;
 }

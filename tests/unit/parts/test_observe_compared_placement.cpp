@@ -50,13 +50,16 @@ std::size_t pages_of(std::size_t begin, std::size_t end) {
     return begin == end ? 0 : (detail::round_up(end * sizeof(T), page()) - begin * sizeof(T) / page() * page()) / page();
 }
 
-// Pages per node id that `layout`'s blocks must have.
+// Pages per node id that `layout`'s blocks must have: the pages each block owns in the array (a grain
+// belongs to the block holding its first byte: basic_partition::page_bytes).
 template <class T>
 std::vector<std::size_t> expected_pages(const partition<T>& layout) {
     std::vector<std::size_t> per(topology::get().size(), 0);
-    const partition<T> e = layout.elements();
-    for (std::size_t k = 0; k < e.block_count(); ++k)
-        per[static_cast<std::size_t>(e.block(k).node)] += pages_of<T>(e.block(k).begin, e.block(k).end);
+    const basic_partition& e = layout.untyped();
+    for (std::size_t k = 0; k < e.block_count(); ++k) {
+        const auto range = e.page_bytes(k, layout.element_count() * sizeof(T));
+        per[static_cast<std::size_t>(e.nodes()[k])] += (range.second - range.first) / page();
+    }
     return per;
 }
 
