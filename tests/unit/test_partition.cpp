@@ -128,11 +128,11 @@ const page_geometry always{4096, 2 * mib, thp_mode::always};
 const page_geometry thp_madvise{4096, 2 * mib, thp_mode::madvise};
 constexpr std::size_t size_max = std::numeric_limits<std::size_t>::max();
 
-// One synthetic topology per node count 1..8 (cores per node vary: 1..3).
+// One synthetic topology per node count 1..64 (cores per node vary: 1..3).
 const topology& synthetic_n(std::size_t nodes) {
     static std::vector<std::unique_ptr<topology>> t = [] {
         std::vector<std::unique_ptr<topology>> v;
-        for (std::size_t k = 1; k <= 8; ++k)
+        for (std::size_t k = 1; k <= 64; ++k)
             v.push_back(topology::from_synthetic("pack:" + std::to_string(k) + " numa:1 core:" +
                                                  std::to_string(k % 3 + 1) + " pu:1"));
         return v;
@@ -278,7 +278,7 @@ TEST(partition, synthetic_topologies_have_the_nodes_and_cores_the_tests_assume) 
     EXPECT_EQ(asymmetric().at(1).cores, 1u);
     EXPECT_FALSE(asymmetric().at(2).has_cpus());
     EXPECT_EQ(asymmetric().with_cpus(), (node_set{0, 1}));
-    for (std::size_t k = 1; k <= 8; ++k) EXPECT_EQ(synthetic_n(k).size(), k);
+    for (std::size_t k = 1; k <= 64; ++k) EXPECT_EQ(synthetic_n(k).size(), k);
 }
 
 // --- The property test: 100000 random partitions against the oracle (fixed seed, < 10 s).
@@ -288,7 +288,7 @@ TEST(partition, property_random_partitions_match_the_oracle) {
     std::size_t cases = 0, failures = 0, huge_cases = 0, clipped_checks = 0;
     std::string first_failure;
     for (; cases < 100000; ++cases) {
-        const std::size_t nodes = pick(1, 8);
+        const std::size_t nodes = pick(0, 3) == 0 ? pick(9, 64) : pick(1, 8); // up to 64 (an 8-socket NPS4)
         const topology& topo = synthetic_n(nodes);
         // unit: 1 byte .. 8 MiB, as element size x row length
         const std::size_t element = std::vector<std::size_t>{1, 2, 3, 4, 8, 12, 16, 24, 64, 3000, 4096, 5000}[pick(0, 11)];
@@ -931,7 +931,7 @@ TEST(partition_work, property_work_partitions_against_a_brute_force_oracle) {
     std::size_t failures = 0;
     std::string first;
     for (int it = 0; it < 3000; ++it) {
-        const std::size_t nodes = pick(1, 8), n = pick(0, 300);
+        const std::size_t nodes = pick(0, 3) == 0 ? pick(9, 64) : pick(1, 8), n = pick(0, 300);
         const topology& topo = synthetic_n(nodes);
         std::vector<std::size_t> prefix(n + 1, 0);
         const std::size_t kind = pick(0, 2);
