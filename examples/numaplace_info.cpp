@@ -263,7 +263,14 @@ void print_json(std::ostream& os, const numaplace::topology& topo, const numapla
        << ", \"tbbbind_library\": " << json_string(loaded_path("libtbbbind"))
        << ", \"numa_nodes\": " << json_numbers(arenas.tbb_numa_nodes)
        << ", \"pinning\": " << json_string(numaplace::name(arenas.pinning))
-       << ", \"pinning_reason\": " << json_string(arenas.reason) << "}\n}\n";
+       << ", \"pinning_reason\": " << json_string(arenas.reason) << "},\n  \"binding\": {\"cpus\": ";
+    // The process's binding (taskset, mpirun --bind-to, Slurm): the arenas' and the default partition's.
+    const numaplace::cpu_binding bound = numaplace::cpu_binding::of(topo);
+    std::vector<unsigned> cpus;
+    for (int id : bound.nodes()) cpus.insert(cpus.end(), bound.cpus(id).begin(), bound.cpus(id).end());
+    os << json_numbers(cpus) << ", \"nodes\": " << json_numbers(bound.nodes().ids())
+       << ", \"weights\": " << json_numbers(bound.weights()) << ", \"whole\": " << json_bool(bound.whole_of(topo))
+       << ", \"rebound\": " << json_bool(arenas.rebound) << "}\n}\n";
 }
 
 void print_text(std::ostream& os, const numaplace::topology& topo, const numaplace::arena_report& arenas) {
@@ -291,6 +298,11 @@ void print_text(std::ostream& os, const numaplace::topology& topo, const numapla
     for (int id : arenas.tbb_numa_nodes) os << ' ' << id;
     os << (arenas.tbb_numa_nodes.size() == 1 && arenas.tbb_numa_nodes[0] == -1 ? "  (TBB sees no NUMA)" : "")
        << "\narena pinning:               " << numaplace::name(arenas.pinning) << " — " << arenas.reason << '\n';
+    const numaplace::cpu_binding bound = numaplace::cpu_binding::of(topo);
+    os << "process binding:             " << bound.to_string() << "; weights (cores)";
+    for (std::size_t w : bound.weights()) os << ' ' << w;
+    os << (bound.whole_of(topo) ? " (not bound: every CPU)" : " (bound: default partitions and arenas follow it)")
+       << (arenas.rebound ? "; RE-BOUND since the arenas were made: the loops keep the binding above" : "") << '\n';
 }
 
 /// Writes `text` to stdout and flushes it. \returns 0 or the errno of the failed write.

@@ -66,6 +66,7 @@ TEXT_TO_JSON = {
     "tbbbind loaded": ["tbb.tbbbind_loaded", "tbb.tbbbind_library"],
     "oneTBB numa nodes": ["tbb.numa_nodes"],
     "arena pinning": ["tbb.pinning", "tbb.pinning_reason"],
+    "process binding": ["binding.cpus", "binding.nodes", "binding.weights", "binding.whole", "binding.rebound"],
 }
 
 

@@ -179,7 +179,7 @@ public:
     };
 
     /// \effects the default placement: `Placement()` (e.g. `interleaved` over all nodes); for
-    /// `partitioned_allocator<T>`, the default partition of T (nodes with CPUs, weighted by cores), so
+    /// `partitioned_allocator<T>`, the default partition of T (the nodes of the process's binding), so
     /// `std::vector<double, partitioned_allocator<double>> v(n)` places v by blocks.
     /// \throws what that placement's constructor throws.
     template <class P = Placement, class = decltype(detail::default_placement<P, T>::make())>

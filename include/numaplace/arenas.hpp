@@ -2,15 +2,18 @@
 #define NUMAPLACE_ARENAS_HPP_INCLUDED
 
 /// \file
-/// The per-node oneTBB arenas: one `tbb::task_arena` per node with CPUs, constrained to that node's
-/// cores, the observer that checks (and if needed pins) every thread entering one, the report of how
+/// The per-node oneTBB arenas: one `tbb::task_arena` per node with CPUs in the process's binding, sized
+/// to and constrained to those CPUs, the observer that checks (and if needed pins) every thread entering one, the report of how
 /// pinning was verified, and the shims over oneTBB versions. Design notes: docs/parallel_for.md.
 
+#include "binding.hpp"
 #include "detail/config.hpp"
 #include "detail/hwloc.hpp"
+#include "detail/node_observer.hpp"
 #include "detail/linux.hpp"
 #include "detail/process_checks.hpp"
 #include "detail/tbb_fork.hpp"
+#include "loop.hpp"
 #include "diagnostics.hpp"
 #include "topology.hpp"
 
@@ -69,6 +72,12 @@ struct arena_report {
     bool verified = false;              ///< a thread entering every arena ran within its node's CPUs
     /// the `TBB_INTERFACE_VERSION` numaplace was compiled against.
     int tbb_interface_version = TBB_INTERFACE_VERSION;
+    /// the binding the arenas were made for (`cpu_binding::to_string()`): each arena holds that node's CPUs
+    /// of it, and a default partition follows it from then on.
+    std::string binding;
+    /// whether the process's binding read now differs from `binding` (re-bound after the arenas were made:
+    /// the loops keep the first; the reason says both).
+    bool rebound = false;
 };
 
 namespace detail {
@@ -88,96 +97,6 @@ inline bool library_loaded(const char* fragment) {
         &s);
     return s.found;
 }
-
-/// Watches every thread entering one node's arena: checks its CPU affinity lies within the node's CPUs
-/// and pins it through hwloc when it does not (always, when `pin`); restores a re-bound thread's
-/// binding when it leaves. A thread still off the node is counted and, the first time, recorded in
-/// `degradations()`. \notes the hooks never throw.
-class node_observer : public tbb::task_scheduler_observer {
-public:
-    node_observer(tbb::task_arena& arena, int node, hwloc_topology_t topo, hwloc_const_cpuset_t cpus, bool pin)
-        : tbb::task_scheduler_observer(arena), node_(node), topo_(topo), cpus_(hwloc_bitmap_dup(cpus)), pin_{pin} {
-        if (!cpus_) throw std::bad_alloc();
-        observe(true);
-    }
-    ~node_observer() override { observe(false); }
-    node_observer(const node_observer&) = delete;
-    node_observer& operator=(const node_observer&) = delete;
-
-    void on_scheduler_entry(bool) override {
-        entries_.fetch_add(1, std::memory_order_relaxed);
-        frame f;
-        int error = 0;
-        const bool pin = pin_.load(std::memory_order_relaxed);
-        if (pin || !within(error)) {
-            if (!pin) fallbacks_.fetch_add(1, std::memory_order_relaxed);
-            f.saved.reset(hwloc_bitmap_alloc());
-            if (f.saved && hwloc_get_cpubind(topo_, f.saved.get(), HWLOC_CPUBIND_THREAD) != 0) f.saved.reset();
-            if (hwloc_set_cpubind(topo_, cpus_.get(), HWLOC_CPUBIND_THREAD) != 0) error = errno;
-            else f.rebound = true;
-        }
-        if (!within(error)) unpinned(error);
-        try {
-            frames().push_back(std::move(f));
-        } catch (...) { // no memory for the frame: the previous binding is not restored at exit
-        }
-    }
-    void on_scheduler_exit(bool) override {
-        auto& stack = frames();
-        if (stack.empty()) return;
-        frame& f = stack.back();
-        if (f.rebound && f.saved) hwloc_set_cpubind(topo_, f.saved.get(), HWLOC_CPUBIND_THREAD);
-        stack.pop_back();
-    }
-    /// \returns how many thread entries were seen, and how many of them ran off the node's CPUs.
-    std::size_t entries() const noexcept { return entries_.load(std::memory_order_relaxed); }
-    std::size_t unpinned_entries() const noexcept { return unpinned_.load(std::memory_order_relaxed); }
-    /// \returns how many entering threads were not within the node's CPUs until this observer pinned them.
-    std::size_t fallbacks() const noexcept { return fallbacks_.load(std::memory_order_relaxed); }
-    /// \effects from now on, pins every entering thread (not only those found off the node).
-    void pin_always() noexcept { pin_.store(true, std::memory_order_relaxed); }
-    /// \returns the errno of the last failed binding (0: none failed or unknown).
-    int last_errno() const noexcept { return errno_.load(std::memory_order_relaxed); }
-
-private:
-    struct frame {
-        hwloc_bitmap_ptr saved;
-        bool rebound = false;
-    };
-    // Entries and exits nest (a thread may enter another arena from inside one): a stack per thread.
-    static std::vector<frame>& frames() {
-        static thread_local std::vector<frame> stack;
-        return stack;
-    }
-    bool within(int& error) const noexcept {
-        hwloc_bitmap_ptr now(hwloc_bitmap_alloc());
-        if (!now) return false;
-        if (hwloc_get_cpubind(topo_, now.get(), HWLOC_CPUBIND_THREAD) != 0) {
-            error = errno;
-            return false; // not verifiable: counts as not pinned
-        }
-        return hwloc_bitmap_isincluded(now.get(), cpus_.get()) != 0;
-    }
-    void unpinned(int error) noexcept {
-        unpinned_.fetch_add(1, std::memory_order_relaxed);
-        if (error != 0) errno_.store(error, std::memory_order_relaxed);
-        if (reported_.exchange(true)) return;
-        try {
-            degradation_log::instance().record("parallel_for: a thread entered node " + std::to_string(node_) +
-                                               "'s arena outside that node's CPUs and could not be pinned (errno " +
-                                               std::to_string(error) + "); its blocks may run on other nodes");
-        } catch (...) { // no memory for the message: the count above still says it
-        }
-    }
-
-    int node_;
-    hwloc_topology_t topo_;
-    hwloc_bitmap_ptr cpus_;
-    std::atomic<bool> pin_;
-    std::atomic<std::size_t> entries_{0}, unpinned_{0}, fallbacks_{0};
-    std::atomic<int> errno_{0};
-    std::atomic<bool> reported_{false};
-};
 
 // --- oneTBB version shims ----------------------------------------------------------------------------
 
@@ -234,6 +153,13 @@ public:
     /// arena could not be pinned (e.g. a sandbox refusing sched_setaffinity after start-up).
     arena_report report() const {
         arena_report r = report_;
+        // (inside a block the calling thread is pinned to its node: no reading then)
+        const cpu_binding now = detail::current_block_node() < 0 ? cpu_binding::current() : binding_;
+        if (now != binding_) {
+            r.rebound = true;
+            r.reason += "; the process was re-bound after its arenas were made (now " + now.to_string() +
+                        "): the loops and default partitions keep the binding they were made for";
+        }
         if (!observers_.empty() && detail::node_arenas_inherited.load(std::memory_order_relaxed)) {
             r.pinning = pinning::none;
             r.reason += "; this process was forked after the arenas were made: blocks run in the calling thread, unpinned";
@@ -255,13 +181,17 @@ public:
     bool spread() const noexcept {
         return !observers_.empty() && !detail::node_arenas_inherited.load(std::memory_order_relaxed);
     }
-    /// \returns the arena that runs blocks of `node` (memory-only nodes: the nearest node with CPUs);
-    /// nullptr on a single-node machine. \throws unknown_node.
+    /// \returns the arena that runs blocks of `node` (a node without a CPU of the binding, memory-only
+    /// or outside it: the nearest node with one); nullptr when not `spread()`. \throws unknown_node.
     tbb::task_arena* arena_for(int node) const {
         if (!spread()) return nullptr;
         topology::get().check(node);
         return arenas_[static_cast<std::size_t>(runner_[static_cast<std::size_t>(node)])].get();
     }
+    /// \returns the arena with a slot kept for the caller (its first node's), where a loop's caller waits
+    /// first: the workers fill every other slot, as many as oneTBB's default pool has (the binding's CPUs
+    /// less one), so no process-wide limit is raised. nullptr when not `spread()`.
+    tbb::task_arena* caller_arena() const noexcept { return spread() ? arenas_[home_].get() : nullptr; }
     /// \returns how many times a thread entered a node's arena outside that node's CPUs and could not
     /// be pinned (0 on a one-node machine).
     std::size_t unpinned_entries() const noexcept {
@@ -273,19 +203,24 @@ public:
 private:
     node_arenas() {
         const topology& topo = topology::get();
-        const node_set cpu_nodes = topo.with_cpus();
-        // Memory-only nodes have no arena: their blocks run on the nearest node with CPUs.
+        binding_ = cpu_binding::current(topo); // the binding now: the loops' from here on
+        report_.binding = binding_.to_string();
+        const node_set cpu_nodes = binding_.nodes();
+        // Nodes without a CPU of the binding (memory-only, or outside it) have no arena: their blocks run
+        // on the nearest node with one.
         for (const auto& n : topo.nodes()) {
             int best = cpu_nodes.empty() ? 0 : cpu_nodes[0];
             for (int c : cpu_nodes)
                 if (topo.distance(n.id, c) < topo.distance(n.id, best)) best = c;
-            runner_.push_back(n.has_cpus() ? n.id : best);
+            runner_.push_back(cpu_nodes.contains(n.id) ? n.id : best);
         }
         report_.tbb_numa_nodes.clear();
         if (cpu_nodes.size() <= 1) { // plain oneTBB: its NUMA view is not needed, and not loaded
             report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
             report_.pinning = pinning::single_node;
-            report_.reason = "one node with CPUs";
+            report_.reason = binding_.whole_of(topo) ? "one node with CPUs"
+                                                     : "one node with CPUs in this process's binding (" + report_.binding + ")";
+            detail::fix_binding(binding_);
             return;
         }
         if (!topo.is_this_system()) { // tbbbind would load the same foreign topology (and may crash on it)
@@ -294,13 +229,13 @@ private:
             report_.reason = "the topology is not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC or HWLOC_FSROOT): "
                              "oneTBB is not asked and every block runs in the caller's arena, unpinned";
             detail::degradation_log::instance().record("parallel_for: " + report_.reason);
+            detail::fix_binding(binding_);
             return;
         }
         // oneTBB now loads tbbbind (files, address space) and soon starts a worker per CPU. A transient
         // refusal would be kept for the process (tbbbind not loaded; a worker oneTBB never starts again,
         // for which a loop waits for ever): refused here, nothing kept, the next call tries again.
-        std::size_t workers = 0;
-        for (int k : cpu_nodes) workers += topo.at(k).cpus.size();
+        const std::size_t workers = binding_.cpu_count();
         if (const int err = detail::os_descriptors_free(8))
             throw std::system_error(err, std::generic_category(),
                                     "numaplace: the per-node arenas need 8 free file descriptors (ulimit -n)");
@@ -311,21 +246,28 @@ private:
                                         " worker threads (the address-space limit, ulimit -v?)");
         for (auto id : tbb::info::numa_nodes()) report_.tbb_numa_nodes.push_back(id);
         report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
-        // tbbbind only if its numa ids are ours: every CPU node listed, with as many threads as CPUs.
+        // tbbbind only if its numa ids are ours: every bound node listed, with as many threads as it has
+        // CPUs of the binding (tbbbind reads the process's affinity too).
         bool agrees = report_.tbbbind_loaded;
         for (int k : cpu_nodes) {
             bool listed = false;
             for (int id : report_.tbb_numa_nodes) listed = listed || id == k;
             agrees = agrees && listed &&
                      tbb::info::default_concurrency(tbb::numa_node_id{k}) ==
-                         static_cast<int>(topo.at(k).cpus.size());
+                         static_cast<int>(binding_.cpus(k).size());
         }
         report_.pinning = agrees ? pinning::tbbbind : pinning::hwloc;
+        std::string tbb_ids;
+        for (int id : report_.tbb_numa_nodes) tbb_ids += (tbb_ids.empty() ? "" : " ") + std::to_string(id);
+        std::string ours;
+        for (int k : cpu_nodes) ours += (ours.empty() ? "" : " ") + std::to_string(k) + " (" +
+                                        std::to_string(binding_.cpus(k).size()) + " CPUs)";
         report_.reason = agrees ? "tbbbind loaded; its numa ids match numaplace's"
-                         : report_.tbbbind_loaded ? "tbbbind's numa ids disagree with the topology"
+                         : report_.tbbbind_loaded ? "tbbbind's numa ids (" + tbb_ids + ") or their CPU counts disagree with "
+                                                    "the binding's nodes " + ours
                                                   : "libtbbbind not loaded: oneTBB sees no NUMA nodes";
-        std::size_t total = 0;
         arenas_.resize(topo.size());
+        home_ = static_cast<std::size_t>(cpu_nodes[0]);
 #if TBB_INTERFACE_VERSION >= 12180
         std::vector<tbb::task_arena> from_tbb; // oneTBB 2023.0: one arena per tbb::info::numa_nodes() entry
         if (report_.pinning == pinning::tbbbind) {
@@ -335,12 +277,13 @@ private:
 #endif
         for (int k : cpu_nodes) {
             const auto slot = static_cast<std::size_t>(k);
-            const int threads = static_cast<int>(topo.at(k).cpus.size());
-            total += static_cast<std::size_t>(threads);
-            // reserved_for_masters = 0: every slot is a worker's (docs/parallel_for.md).
+            const int threads = static_cast<int>(binding_.cpus(k).size());
+            // One slot kept for the caller in the first node's arena, none elsewhere: the workers oneTBB
+            // starts by default (the binding's CPUs less one) fill every other slot (docs/parallel_for.md).
+            const unsigned reserved = slot == home_ ? 1u : 0u;
             if (report_.pinning == pinning::tbbbind) {
 #if TBB_INTERFACE_VERSION >= 12180
-                for (std::size_t i = 0; i < from_tbb.size() && i < report_.tbb_numa_nodes.size(); ++i)
+                for (std::size_t i = 0; i < from_tbb.size() && i < report_.tbb_numa_nodes.size() && reserved == 0; ++i)
                     if (report_.tbb_numa_nodes[i] == k) arenas_[slot] = std::make_unique<tbb::task_arena>(from_tbb[i]);
                 if (!arenas_[slot])
 #endif
@@ -348,19 +291,26 @@ private:
                     tbb::task_arena::constraints c;
                     c.numa_id = k;
                     c.max_concurrency = threads;
-                    arenas_[slot] = std::make_unique<tbb::task_arena>(c, 0u);
+                    arenas_[slot] = std::make_unique<tbb::task_arena>(c, reserved);
                 }
             } else {
-                arenas_[slot] = std::make_unique<tbb::task_arena>(threads, 0u);
+                arenas_[slot] = std::make_unique<tbb::task_arena>(threads, reserved);
             }
             arenas_[slot]->initialize();
+            const detail::hwloc_bitmap_ptr cpus = bound_cpus(k);
             observers_.push_back(std::make_unique<detail::node_observer>(
-                *arenas_[slot], k, topo.native(), topo.native_node(k)->cpuset, report_.pinning == pinning::hwloc));
+                *arenas_[slot], k, topo.native(), cpus.get(), report_.pinning == pinning::hwloc));
         }
         verify(cpu_nodes);
-        // One worker per CPU (every arena slot is a worker's), plus the caller; a lower user limit wins.
-        limit_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, total + 1);
+        detail::fix_binding(binding_);
         detail::node_arenas_made.store(true, std::memory_order_relaxed);
+    }
+    // \returns the CPUs of node k in the binding, as an hwloc bitmap.
+    detail::hwloc_bitmap_ptr bound_cpus(int k) const {
+        detail::hwloc_bitmap_ptr set = detail::make_bitmap();
+        if (!set) throw std::bad_alloc();
+        for (unsigned c : binding_.cpus(k)) hwloc_bitmap_set(set.get(), c);
+        return set;
     }
     ~node_arenas() {
         observers_.clear(); // stop observing before the arenas go
@@ -403,7 +353,8 @@ private:
     std::vector<int> runner_;
     std::vector<std::unique_ptr<tbb::task_arena>> arenas_;
     std::vector<std::unique_ptr<detail::node_observer>> observers_;
-    std::unique_ptr<tbb::global_control> limit_;
+    cpu_binding binding_;
+    std::size_t home_ = 0;
 };
 
 /// \returns what oneTBB sees and how arenas are pinned, as verified so far (creates the arenas on

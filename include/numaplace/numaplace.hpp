@@ -6,9 +6,11 @@
 
 #include "admission.hpp"
 #include "allocator.hpp"
+#include "arena_map.hpp"
 #include "arenas.hpp"
 #include "balancing.hpp"
 #include "basic_partition.hpp"
+#include "binding.hpp"
 #include "diagnostics.hpp"
 #include "error.hpp"
 #include "huge_pages.hpp"

@@ -6,6 +6,7 @@
 /// k's arena, where the partition put block k's pages) or over a partitioned container, and
 /// `first_touch`. The arenas are arenas.hpp's; design notes: docs/parallel_for.md.
 
+#include "arena_map.hpp"
 #include "arenas.hpp"
 #include "loop.hpp"
 #include "detail/config.hpp"
@@ -103,17 +104,19 @@ public:
     void cancel() noexcept {
         for (std::size_t k = 0; k < count_; ++k) entries_[k].group.cancel();
     }
-    /// \effects waits for every started group inside its arena (a wait that throws counts as a failure).
-    void wait() noexcept {
-        for (std::size_t k = 0; k < count_; ++k) {
-            entry& e = entries_[k];
-            if (!e.arena) continue;
-            try {
-                wait_in(*e.arena, e.group);
-            } catch (...) {
-                fail();
+    /// \effects waits for every started group inside its arena, those in `first` (the arena with a slot
+    /// kept for the caller; null: none) before the others (a wait that throws counts as a failure).
+    void wait(const tbb::task_arena* first = nullptr) noexcept {
+        for (int pass = first ? 0 : 1; pass < 2; ++pass)
+            for (std::size_t k = 0; k < count_; ++k) {
+                entry& e = entries_[k];
+                if (!e.arena || (pass == 0) != (e.arena == first)) continue;
+                try {
+                    wait_in(*e.arena, e.group);
+                } catch (...) {
+                    fail();
+                }
             }
-        }
     }
     /// \throws the first exception kept by `fail()`, if any.
     void rethrow_first() const {
@@ -130,6 +133,16 @@ private:
     std::atomic<bool> failed_{false};
     std::exception_ptr first_; // written by the first failure, read after every wait
 };
+
+/// \returns `arenas.caller_arena()` where `Arenas` has it (node_arenas), else null.
+template <class Arenas>
+auto caller_arena_of(const Arenas& arenas, int) -> decltype(arenas.caller_arena()) {
+    return arenas.caller_arena();
+}
+template <class Arenas>
+tbb::task_arena* caller_arena_of(const Arenas&, long) {
+    return nullptr;
+}
 
 /// \effects `fn(blocks[k])` for every non-empty block, in the arena of its node, all at once; returns
 /// when all are done, also when dispatch throws midway (what started is cancelled and waited for).
@@ -155,7 +168,7 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
         NUMAPLACE_HANDOVER_ACQUIRE();
         throw;
     }
-    groups.wait();
+    groups.wait(caller_arena_of(arenas, 0));
     NUMAPLACE_HANDOVER_ACQUIRE();
     groups.rethrow_first();
 }
@@ -209,10 +222,20 @@ void run_blocks(const Part& part, Fn&& fn) {
     run_blocks(part.blocks(), fn);
 }
 
-/// `parallel_for`'s body for any partition: block k's indexes in node k's arena.
-template <class Body>
-void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain) {
-    run_blocks(part, [&body, grain](const block& b) {
+/// `run_blocks(blocks, fn, arenas)` in the user's arenas, after checking every non-empty block's node has
+/// one. \throws invalid_placement (a node without an arena) before anything runs.
+template <class Fn>
+void run_blocks_in(const std::vector<block>& blocks, Fn&& fn, const arena_map& arenas) {
+    for (const block& b : blocks)
+        if (!b.empty()) arenas.arena_for(b.node);
+    run_blocks(blocks, fn, arenas);
+}
+
+/// `parallel_for`'s body for any partition: block k's indexes in node k's arena, the blocks run by
+/// `run_all(blocks, fn)` (numaplace's arenas: run_blocks; the user's: run_blocks_in).
+template <class Body, class RunAll>
+void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain, RunAll&& run_all) {
+    run_all(part.blocks(), [&body, grain](const block& b) {
         const int node = current_block_node() >= 0 ? current_block_node() : b.node;
         const auto run = [&body, node](const tbb::blocked_range<std::size_t>& r) {
             NUMAPLACE_HANDOVER_ACQUIRE();
@@ -224,6 +247,17 @@ void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t gr
         for_range(b.begin, b.end, grain, run);
         NUMAPLACE_HANDOVER_ACQUIRE();
     });
+}
+/// The same in numaplace's per-node arenas.
+template <class Body>
+void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain) {
+    parallel_for_blocks(part, body, grain, [](const std::vector<block>& blocks, const auto& fn) { run_blocks(blocks, fn); });
+}
+/// The same in the user's arenas.
+template <class Body>
+void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain, const arena_map& arenas) {
+    parallel_for_blocks(part, body, grain,
+                        [&arenas](const std::vector<block>& blocks, const auto& fn) { run_blocks_in(blocks, fn, arenas); });
 }
 
 } // namespace detail
@@ -242,6 +276,20 @@ void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t gr
 template <class T, class Body>
 void parallel_for(const partition<T>& part, Body&& body, std::size_t grain = 1) {
     detail::parallel_for_blocks(part.untyped(), body, grain);
+}
+
+/// \effects `parallel_for(part, body, grain)` with block k in `arenas`' arena for its node (the user's
+/// arenas, e.g. from `tbb::create_numa_task_arenas`: their constraints pin; numaplace's arenas are not
+/// made), also on one node. \throws invalid_placement before running anything when a non-empty block's
+/// node has no arena in the map; the first exception `body` throws.
+template <class T, class Body>
+void parallel_for(const partition<T>& part, Body&& body, const arena_map& arenas, std::size_t grain = 1) {
+    detail::parallel_for_blocks(part.untyped(), body, grain, arenas);
+}
+/// \effects `parallel_for(rows, body, grain)` in the user's arenas, as above.
+template <class T, class Body>
+void parallel_for(const row_partition<T>& rows, Body&& body, const arena_map& arenas, std::size_t grain = 1) {
+    detail::parallel_for_blocks(rows.untyped(), body, grain, arenas);
 }
 
 /// \effects `parallel_for` over the rows [0, rows.size()) of a row partition: block k's rows on node k.

@@ -11,6 +11,7 @@
 /// edges and pages) are in docs/partition.md.
 
 #include "basic_partition.hpp"
+#include "binding.hpp"
 #include "error.hpp"
 #include "topology.hpp"
 
@@ -26,6 +27,14 @@ template <class T>
 class row_partition;
 
 namespace detail {
+
+/// \returns the default split of `n` units of `row_length` elements of `element_size` bytes: over the
+/// nodes of the process's binding (`cpu_binding::of(topo)`), weighted by its CPUs on each.
+inline basic_partition bound_split(std::size_t n, std::size_t element_size, std::size_t row_length,
+                                   edge_alignment edges, const topology& topo) {
+    const cpu_binding b = cpu_binding::of(topo);
+    return basic_partition(n, element_size, row_length, b.nodes(), b.weights(), edges, topo, page_geometry::of(topo));
+}
 /// \returns the cut points of a split of `n` indexes by work: cut k is the lowest index (from cut k - 1)
 /// whose prefix (work_prefix[i] - work_prefix[0]) is nearest the cumulative share of `shape`'s weights of
 /// the total work, non-decreasing, the first 0 and the last n (no work at all: `shape`'s own edges, the
@@ -151,11 +160,12 @@ public:
     /// An empty partition (size 0, no node).
     partition() noexcept = default;
 
-    /// \effects splits [0,n) over the nodes of `topo` that have CPUs, weighted by their core counts.
+    /// \effects splits [0,n) over the nodes this process may run on (`cpu_binding::of(topo)`: those with a
+    /// CPU of its binding; every node with CPUs when it is not bound), weighted by its CPUs on each.
     /// \throws invalid_placement when no node has CPUs (or n × sizeof(T) overflows).
     explicit partition(std::size_t n, const topology& topo = topology::get(),
                        edge_alignment edges = edge_alignment::automatic)
-        : typed_partition_base(basic_partition(n, sizeof(T), 1, topo.with_cpus(), {}, edges, topo, page_geometry::of(topo))) {}
+        : typed_partition_base(detail::bound_split(n, sizeof(T), 1, edges, topo)) {}
     /// \effects splits [0,n) over `nodes` with one integer weight per node (empty: cores per node;
     /// memory-only nodes then get nothing). Any weights that fit in size_t are legal.
     /// \throws unknown_node, invalid_placement (see basic_partition).
@@ -168,7 +178,8 @@ public:
         : typed_partition_base(basic_partition(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, geometry)) {}
 
     /// \returns the partition of `m` rows of `row_length` T's (an m x row_length row-major matrix) in whole
-    /// rows, over the nodes with CPUs weighted by cores: a `row_partition<T>` (indexes are rows).
+    /// rows, over the nodes of the process's binding weighted by its CPUs: a `row_partition<T>` (indexes
+    /// are rows).
     static row_partition<T> rows(std::size_t m, std::size_t row_length, const topology& topo = topology::get(),
                                  edge_alignment edges = edge_alignment::automatic);
     /// \returns the partition of `m` rows over `nodes` with `weights`.
@@ -194,10 +205,11 @@ public:
         const partition shape(n, nodes, std::move(weights), edges, topo);
         return partition(shape.p_.with_cuts(detail::work_cuts(shape.p_, n, work_prefix)));
     }
-    /// \returns `by_work` over the nodes with CPUs of `topo`, weighted by cores.
+    /// \returns `by_work` over the nodes of the process's binding, weighted by its CPUs on each.
     template <class W>
     static partition by_work(std::size_t n, const W* work_prefix, const topology& topo = topology::get()) {
-        return by_work(n, work_prefix, topo.with_cpus(), {}, edge_alignment::automatic, topo);
+        const cpu_binding b = cpu_binding::of(topo);
+        return by_work(n, work_prefix, b.nodes(), b.weights(), edge_alignment::automatic, topo);
     }
     /// \returns the partition of cut points: block k is [cuts[k], cuts[k + 1]) exactly (block_count() + 1
     /// entries, the first 0, non-decreasing), over `nodes`. \throws invalid_placement for other cuts;
@@ -310,8 +322,7 @@ private:
 
 template <class T>
 row_partition<T> partition<T>::rows(std::size_t m, std::size_t row_length, const topology& topo, edge_alignment edges) {
-    return row_partition<T>(
-        basic_partition(m, sizeof(T), row_length, topo.with_cpus(), {}, edges, topo, page_geometry::of(topo)));
+    return row_partition<T>(detail::bound_split(m, sizeof(T), row_length, edges, topo));
 }
 template <class T>
 row_partition<T> partition<T>::rows(std::size_t m, std::size_t row_length, const node_set& nodes,

@@ -24,6 +24,7 @@
 /// Memory. size() × sizeof(T) rounded up to pages, once per copy: `bytes()`; `where()` gives each
 /// copy's page histogram; `report()` prints both.
 
+#include "binding.hpp"
 #include "detail/linux.hpp"
 #include "error.hpp"
 #include "memory.hpp"
@@ -70,8 +71,8 @@ public:
     /// Empty: no copy.
     replicated() noexcept = default;
 
-    /// \effects makes one copy of [source, source + n) on each node of `nodes` (default: the nodes with
-    /// CPUs; memory-only nodes may be listed), all filled at once, each from its node's arena.
+    /// \effects makes one copy of [source, source + n) on each node of `nodes` (default: the nodes of the
+    /// process's binding, `cpu_binding::of()`; memory-only nodes may be listed), all filled at once, each from its node's arena.
     /// \throws unknown_node for an id not in the topology; invalid_placement for an empty node set;
     /// std::bad_array_new_length when n × sizeof(T) overflows; std::invalid_argument for a null source
     /// with n > 0; placement_error when a mapping fails, or a
@@ -79,7 +80,7 @@ public:
     /// pages come from its own node's pool and its tail below one page stays on small pages of its node,
     /// whatever THP's mode (`detail::place_on_pages`: strict throws ENOMEM naming the node and the free
     /// pages; degrading records it and keeps that copy on transparent pages).
-    replicated(const T* source, std::size_t n, const node_set& nodes = topology::get().with_cpus(),
+    replicated(const T* source, std::size_t n, const node_set& nodes = cpu_binding::of().nodes(),
                fallback fb = fallback::strict, page_size pages = page_size::transparent)
         : fallback_(fb), pages_(pages) {
         const topology& topo = topology::get();
@@ -115,7 +116,7 @@ public:
     /// \effects `replicated(r.data(), r.size(), nodes, fb)` for a contiguous range of T.
     template <class Range, class = std::enable_if_t<std::is_convertible<decltype(std::declval<const Range&>().data()), const T*>::value>,
               class = decltype(std::declval<const Range&>().size())>
-    explicit replicated(const Range& r, const node_set& nodes = topology::get().with_cpus(), fallback fb = fallback::strict,
+    explicit replicated(const Range& r, const node_set& nodes = cpu_binding::of().nodes(), fallback fb = fallback::strict,
                         page_size pages = page_size::transparent)
         : replicated(r.data(), r.size(), nodes, fb, pages) {}
 
