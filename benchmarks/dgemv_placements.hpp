@@ -112,8 +112,6 @@ public:
         const std::size_t n = n_;
         for_rows([=](std::size_t b, std::size_t e) { dgemv_rows(a, n, x, y, b, e, n); });
     }
-    /// \returns the sum of all of A read in parallel the same way (the read-bandwidth probe).
-    double read_all() const { return read_all(&read_sum); }
     /// \returns all of A read in parallel the same way by `read` (a probe::strategies() entry), each
     /// subrange of rows at a time, as the kernel reads them.
     double read_all(double (*read)(const double*, std::size_t) noexcept) const {
