@@ -231,33 +231,42 @@ void run_blocks_in(const std::vector<block>& blocks, Fn&& fn, const arena_map& a
     run_blocks(blocks, fn, arenas);
 }
 
-/// `parallel_for`'s body for any partition: block k's indexes in node k's arena, the blocks run by
-/// `run_all(blocks, fn)` (numaplace's arenas: run_blocks; the user's: run_blocks_in).
-template <class Body, class RunAll>
-void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain, RunAll&& run_all) {
-    run_all(part.blocks(), [&body, grain](const block& b) {
-        const int node = current_block_node() >= 0 ? current_block_node() : b.node;
-        const auto run = [&body, node](const tbb::blocked_range<std::size_t>& r) {
-            NUMAPLACE_HANDOVER_ACQUIRE();
-            scoped_block_node mark(node);
-            call_body(body, r.begin(), r.end(), node);
-            NUMAPLACE_HANDOVER_RELEASE();
-        };
+/// `parallel_for`'s body on one subrange of a block, its node marked. Named types here and below, not
+/// lambdas: oneTBB's task types are named after them, and TSan's in-process symbolizer drops the file of
+/// frames whose inlined names grow too long (the suppressions of oneTBB's own frames match by file).
+template <class Body>
+struct subrange_call {
+    Body& body;
+    int node;
+    void operator()(const tbb::blocked_range<std::size_t>& r) const {
+        NUMAPLACE_HANDOVER_ACQUIRE();
+        scoped_block_node mark(node);
+        call_body(body, r.begin(), r.end(), node);
+        NUMAPLACE_HANDOVER_RELEASE();
+    }
+};
+/// `parallel_for`'s work on one block: its indexes split by oneTBB in the current arena.
+template <class Body>
+struct block_loop {
+    Body& body;
+    std::size_t grain;
+    void operator()(const block& b) const {
+        const subrange_call<Body> run{body, current_block_node() >= 0 ? current_block_node() : b.node};
         NUMAPLACE_HANDOVER_RELEASE(); // after the closure is written: workers read it (oneTBB keeps a reference)
         for_range(b.begin, b.end, grain, run);
         NUMAPLACE_HANDOVER_ACQUIRE();
-    });
-}
-/// The same in numaplace's per-node arenas.
+    }
+};
+
+/// `parallel_for`'s body for any partition: block k's indexes in node k's arena.
 template <class Body>
 void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain) {
-    parallel_for_blocks(part, body, grain, [](const std::vector<block>& blocks, const auto& fn) { run_blocks(blocks, fn); });
+    run_blocks(part.blocks(), block_loop<Body>{body, grain});
 }
 /// The same in the user's arenas.
 template <class Body>
 void parallel_for_blocks(const basic_partition& part, Body& body, std::size_t grain, const arena_map& arenas) {
-    parallel_for_blocks(part, body, grain,
-                        [&arenas](const std::vector<block>& blocks, const auto& fn) { run_blocks_in(blocks, fn, arenas); });
+    run_blocks_in(part.blocks(), block_loop<Body>{body, grain}, arenas);
 }
 
 } // namespace detail

@@ -451,17 +451,17 @@ TEST(heap, background_release_gives_back_decayed_memory_without_further_operatio
         const pid_t pid = ::fork();
         if (pid == 0) ::_exit(detail::background_threads.load() == 0 && detail::background_period_ms.load() == 0 ? 0 : 1);
         if (numaplace_test::wait_child(pid, 30) != 0) return 3;
-        // no operation on any heap from here: only the background thread (given the decay time and 2 s,
+        // no operation on any heap from here: only the background thread (given the decay time and 30 s,
         // times the factor of a slow machine: tests/support/time_scale.hpp)
         const auto given_back_by = std::chrono::steady_clock::now() + std::chrono::milliseconds(detail::run_decay_ms) +
-                                   numaplace_test::scaled(std::chrono::seconds(2));
+                                   numaplace_test::scaled(std::chrono::seconds(30));
         while ((heap.run_bytes_dirty() != 0 || heap.large_cached_bytes() != 0) && std::chrono::steady_clock::now() < given_back_by)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         if (heap.run_bytes_dirty() != 0) return 4;
         if (heap.large_cached_bytes() != 0) return 5;
         a.deallocate(kept, big);
         background_release(std::chrono::milliseconds(0));
-        const auto stopped_by = std::chrono::steady_clock::now() + numaplace_test::scaled(std::chrono::seconds(2));
+        const auto stopped_by = std::chrono::steady_clock::now() + numaplace_test::scaled(std::chrono::seconds(30));
         while (detail::background_threads.load() != 0 && std::chrono::steady_clock::now() < stopped_by)
             std::this_thread::sleep_for(std::chrono::milliseconds(20));
         if (detail::background_threads.load() != 0) return 6;
@@ -603,7 +603,7 @@ TEST(heap, spares_of_an_idle_class_and_cached_own_mappings_go_back_with_the_deca
             }
             flush_this_thread();
             const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2 * detail::run_decay_ms) +
-                             numaplace_test::scaled(std::chrono::seconds(2));
+                             numaplace_test::scaled(std::chrono::seconds(30));
             std::size_t now = rss();
             while (now + freed > full + tolerance && std::chrono::steady_clock::now() < end) {
                 for (int i = 0; i < 100000; ++i) { // 32 B: another class than the spares'
@@ -641,7 +641,7 @@ TEST(heap, freed_memory_goes_back_while_every_allocation_is_a_thread_cache_hit) 
                 return 1;
             }
             const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(2 * detail::run_decay_ms) +
-                             numaplace_test::scaled(std::chrono::seconds(2));
+                             numaplace_test::scaled(std::chrono::seconds(30));
             std::size_t now = rss();
             while (now > start + tolerance && std::chrono::steady_clock::now() < end) {
                 for (int i = 0; i < 100000; ++i) {
