@@ -39,13 +39,11 @@ std::vector<std::uint64_t> to_words(const std::set<unsigned>& cpus) {
         if (c < CPU_SETSIZE) w[c / 64] |= std::uint64_t(1) << (c % 64);
     return w;
 }
+/// The CPUs the launcher gave this rank: its binding as numaplace reads it.
 std::set<unsigned> affinity() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
+    const numaplace::cpu_binding b = numaplace::cpu_binding::current();
     std::set<unsigned> cpus;
-    if (::sched_getaffinity(0, sizeof set, &set) != 0) return cpus;
-    for (unsigned c = 0; c < CPU_SETSIZE; ++c)
-        if (CPU_ISSET(c, &set)) cpus.insert(c);
+    for (int k : b.nodes()) cpus.insert(b.cpus(k).begin(), b.cpus(k).end());
     return cpus;
 }
 bool overlap(const std::uint64_t* a, const std::uint64_t* b) {

@@ -151,10 +151,19 @@ inline void fix_binding(const cpu_binding& b) {
 
 } // namespace detail
 
-inline cpu_binding cpu_binding::of(const topology& topo) {
+namespace detail {
+/// \returns `f(cpu_binding::of(topo))` without copying the arenas' fixed binding (a default partition
+/// made after the first loop reads it in place: no allocation, no syscall).
+template <class F>
+decltype(auto) with_binding(const topology& topo, F&& f) {
     if (&topo == &topology::get())
-        if (const cpu_binding* fixed = detail::fixed_binding_cell().load(std::memory_order_acquire)) return *fixed;
-    return current(topo);
+        if (const cpu_binding* fixed = fixed_binding_cell().load(std::memory_order_acquire)) return f(*fixed);
+    return f(cpu_binding::current(topo));
+}
+} // namespace detail
+
+inline cpu_binding cpu_binding::of(const topology& topo) {
+    return detail::with_binding(topo, [](const cpu_binding& b) { return b; });
 }
 
 } // namespace numaplace

@@ -32,8 +32,9 @@ namespace detail {
 /// nodes of the process's binding (`cpu_binding::of(topo)`), weighted by its CPUs on each.
 inline basic_partition bound_split(std::size_t n, std::size_t element_size, std::size_t row_length,
                                    edge_alignment edges, const topology& topo) {
-    const cpu_binding b = cpu_binding::of(topo);
-    return basic_partition(n, element_size, row_length, b.nodes(), b.weights(), edges, topo, page_geometry::of(topo));
+    return detail::with_binding(topo, [&](const cpu_binding& b) {
+        return basic_partition(n, element_size, row_length, b.nodes(), b.weights(), edges, topo, page_geometry::of(topo));
+    });
 }
 /// \returns the cut points of a split of `n` indexes by work: cut k is the lowest index (from cut k - 1)
 /// whose prefix (work_prefix[i] - work_prefix[0]) is nearest the cumulative share of `shape`'s weights of
@@ -208,8 +209,9 @@ public:
     /// \returns `by_work` over the nodes of the process's binding, weighted by its CPUs on each.
     template <class W>
     static partition by_work(std::size_t n, const W* work_prefix, const topology& topo = topology::get()) {
-        const cpu_binding b = cpu_binding::of(topo);
-        return by_work(n, work_prefix, b.nodes(), b.weights(), edge_alignment::automatic, topo);
+        return detail::with_binding(topo, [&](const cpu_binding& b) {
+            return by_work(n, work_prefix, b.nodes(), b.weights(), edge_alignment::automatic, topo);
+        });
     }
     /// \returns the partition of cut points: block k is [cuts[k], cuts[k + 1]) exactly (block_count() + 1
     /// entries, the first 0, non-decreasing), over `nodes`. \throws invalid_placement for other cuts;
