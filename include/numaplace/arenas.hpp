@@ -153,6 +153,7 @@ public:
     /// arena could not be pinned (e.g. a sandbox refusing sched_setaffinity after start-up).
     arena_report report() const {
         arena_report r = report_;
+        r.binding = binding_.to_string();
         // (inside a block the calling thread is pinned to its node: no reading then)
         const cpu_binding now = detail::current_block_node() < 0 ? cpu_binding::current() : binding_;
         if (now != binding_) {
@@ -204,7 +205,6 @@ private:
     node_arenas() {
         const topology& topo = topology::get();
         binding_ = cpu_binding::current(topo); // the binding now: the loops' from here on
-        report_.binding = binding_.to_string();
         const node_set cpu_nodes = binding_.nodes();
         // Nodes without a CPU of the binding (memory-only, or outside it) have no arena: their blocks run
         // on the nearest node with one.
@@ -219,7 +219,7 @@ private:
             report_.tbbbind_loaded = detail::library_loaded("libtbbbind");
             report_.pinning = pinning::single_node;
             report_.reason = binding_.whole_of(topo) ? "one node with CPUs"
-                                                     : "one node with CPUs in this process's binding (" + report_.binding + ")";
+                                                     : "one node with CPUs in this process's binding (" + binding_.to_string() + ")";
             detail::fix_binding(binding_);
             return;
         }
@@ -283,8 +283,9 @@ private:
             const unsigned reserved = slot == home_ ? 1u : 0u;
             if (report_.pinning == pinning::tbbbind) {
 #if TBB_INTERFACE_VERSION >= 12180
-                for (std::size_t i = 0; i < from_tbb.size() && i < report_.tbb_numa_nodes.size() && reserved == 0; ++i)
-                    if (report_.tbb_numa_nodes[i] == k) arenas_[slot] = std::make_unique<tbb::task_arena>(from_tbb[i]);
+                if (reserved == 0) // oneTBB's arenas keep no slot: the caller's arena is made below
+                    for (std::size_t i = 0; i < from_tbb.size() && i < report_.tbb_numa_nodes.size(); ++i)
+                        if (report_.tbb_numa_nodes[i] == k) arenas_[slot] = std::make_unique<tbb::task_arena>(from_tbb[i]);
                 if (!arenas_[slot])
 #endif
                 {
