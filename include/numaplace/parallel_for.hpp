@@ -85,15 +85,24 @@ void run_blocks_here(const std::vector<block>& blocks, Fn& fn) {
 /// later ones are dropped. \notes why one group per block: docs/parallel_for.md.
 class spread_groups {
 public:
-    explicit spread_groups(std::size_t count) : entries_(new entry[count]), count_(count) {}
+    /// `home`: the arena with a slot kept for the caller (null: none), whose blocks the caller spawns.
+    explicit spread_groups(std::size_t count, tbb::task_arena* home = nullptr)
+        : entries_(new entry[count]), count_(count), home_(home) {}
     spread_groups(const spread_groups&) = delete;
     spread_groups& operator=(const spread_groups&) = delete;
 
-    /// \effects runs `f` as group k's task in `arena`.
+    /// \effects runs `f` as group k's task in `arena`: enqueued, or in the caller's arena spawned by the
+    /// caller (an enqueued task would bring in a worker beside the caller where that arena has no worker
+    /// slot: a node with one CPU of the binding; docs/parallel_for.md).
     template <class F>
     void start(std::size_t k, tbb::task_arena& arena, F&& f) {
         entries_[k].arena = &arena;
-        enqueue_in(arena, entries_[k].group, std::forward<F>(f));
+        if (&arena != home_) {
+            enqueue_in(arena, entries_[k].group, std::forward<F>(f));
+            return;
+        }
+        NUMAPLACE_HANDOVER_RELEASE();
+        arena.execute([&] { entries_[k].group.run(std::forward<F>(f)); });
     }
     /// \effects keeps the exception being handled if it is the first; cancels every group.
     void fail() noexcept {
@@ -130,6 +139,7 @@ private:
     };
     std::unique_ptr<entry[]> entries_;
     std::size_t count_;
+    tbb::task_arena* home_;
     std::atomic<bool> failed_{false};
     std::exception_ptr first_; // written by the first failure, read after every wait
 };
@@ -149,7 +159,8 @@ tbb::task_arena* caller_arena_of(const Arenas&, long) {
 /// \throws the first exception a block threw (the others are cancelled), else what dispatch threw.
 template <class Fn, class Arenas>
 void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas) {
-    spread_groups groups(blocks.size());
+    tbb::task_arena* const home = caller_arena_of(arenas, 0);
+    spread_groups groups(blocks.size(), home);
     try {
         for (std::size_t k = 0; k < blocks.size(); ++k) {
             if (blocks[k].empty()) continue;
@@ -168,7 +179,7 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
         NUMAPLACE_HANDOVER_ACQUIRE();
         throw;
     }
-    groups.wait(caller_arena_of(arenas, 0));
+    groups.wait(home);
     NUMAPLACE_HANDOVER_ACQUIRE();
     groups.rethrow_first();
 }
