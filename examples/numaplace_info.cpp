@@ -7,6 +7,8 @@
 #include <numaplace/report.hpp>
 #include <numaplace/tiers.hpp>
 
+#include <hwloc.h> // calls hwloc on topology::native(): numaplace's headers declare hwloc's types only
+
 #include <oneapi/tbb/info.h>
 
 #include <cerrno>

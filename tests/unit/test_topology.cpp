@@ -4,6 +4,8 @@
 #include <numaplace/tiers.hpp>
 #include <numaplace/topology.hpp>
 
+#include <hwloc.h> // calls hwloc on topology::native(): numaplace's headers declare hwloc's types only
+
 #include <gtest/gtest.h>
 
 #include <child.hpp>

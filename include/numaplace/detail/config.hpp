@@ -2,9 +2,28 @@
 #define NUMAPLACE_DETAIL_CONFIG_HPP_INCLUDED
 
 /// \file
-/// Compiler spellings used across numaplace, defined once: branch hints, inlining, cold paths, the
-/// ThreadSanitizer hand-over annotations. Nothing else in the library defines a macro of its own
-/// (the include guards aside). Includes nothing of numaplace.
+/// Compiler spellings used across numaplace, defined once: the build mode (header-only or separately
+/// compiled), branch hints, inlining, cold paths, the ThreadSanitizer hand-over annotations. Nothing else
+/// in the library defines a macro of its own (the include guards aside). Includes nothing of numaplace.
+
+// The build mode (docs/compile-cost.md). Header-only, the default: every function is defined in the
+// headers, `inline`. With NUMAPLACE_SEPARATE_COMPILATION (CMake target numaplace::compiled defines it),
+// the heavy non-template functions are only declared in the headers and defined once, in libnumaplace
+// (src/numaplace.cpp, which also defines NUMAPLACE_BUILDING_LIBRARY). Every translation unit of a
+// program must use the same mode.
+//   NUMAPLACE_DECL          on such a function's declaration and definition: `inline` header-only,
+//                           nothing (an ordinary external function) separately compiled
+//   NUMAPLACE_DEFINITIONS   1 where those definitions are compiled: header-only, or libnumaplace's source
+#if !defined(NUMAPLACE_SEPARATE_COMPILATION)
+#define NUMAPLACE_DECL inline
+#define NUMAPLACE_DEFINITIONS 1
+#elif defined(NUMAPLACE_BUILDING_LIBRARY)
+#define NUMAPLACE_DECL
+#define NUMAPLACE_DEFINITIONS 1
+#else
+#define NUMAPLACE_DECL
+#define NUMAPLACE_DEFINITIONS 0
+#endif
 
 // Branch hints for the allocation fast paths.
 #define NUMAPLACE_LIKELY(x) __builtin_expect(!!(x), 1)

@@ -3,6 +3,9 @@
 
 // RAII around hwloc objects. The only place that owns hwloc handles.
 
+#include "config.hpp"
+#include "hwloc_fwd.hpp"
+
 #include <hwloc.h>
 
 #include <memory>
@@ -10,10 +13,9 @@
 namespace numaplace {
 namespace detail {
 
-struct hwloc_topology_deleter {
-    void operator()(hwloc_topology* t) const noexcept { hwloc_topology_destroy(t); }
-};
-using hwloc_topology_ptr = std::unique_ptr<hwloc_topology, hwloc_topology_deleter>;
+#if NUMAPLACE_DEFINITIONS
+NUMAPLACE_DECL void hwloc_topology_deleter::operator()(hwloc_topology* t) const noexcept { hwloc_topology_destroy(t); }
+#endif
 
 struct hwloc_bitmap_deleter {
     void operator()(hwloc_bitmap_s* b) const noexcept { hwloc_bitmap_free(b); }

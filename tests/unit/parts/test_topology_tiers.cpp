@@ -3,10 +3,13 @@
 // tiers (memory_tiers::from_values): every node shows its own bandwidth and latency, whatever the
 // combination. Linked into test_topology (a binary of its own would cost a guest boot per layout).
 #include <numaplace/diagnostics.hpp>
+#include <numaplace/detail/memory_attribute_hwloc.hpp>
 #include <numaplace/memory_attribute.hpp>
 #include <numaplace/report.hpp>
 #include <numaplace/tiers.hpp>
 #include <numaplace/topology.hpp>
+
+#include <hwloc.h> // calls hwloc on topology::native(): numaplace's headers declare hwloc's types only
 
 #include <gtest/gtest.h>
 

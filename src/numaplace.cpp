@@ -1,0 +1,37 @@
+// libnumaplace: numaplace's separately compiled mode (docs/compile-cost.md). The headers declare the
+// heavy non-template functions (NUMAPLACE_DECL, detail/config.hpp) and this file compiles their
+// definitions once, so that a user's translation unit, compiled with NUMAPLACE_SEPARATE_COMPILATION
+// (CMake: link numaplace::compiled), neither parses nor generates them. Header-only (no macro) stays the
+// default and needs no library. The oneTBB part (arenas.hpp, parallel_for.hpp, replicated.hpp) is not
+// compiled here: libnumaplace needs hwloc and the C++ library only.
+
+#ifndef NUMAPLACE_SEPARATE_COMPILATION
+#define NUMAPLACE_SEPARATE_COMPILATION
+#endif
+#define NUMAPLACE_BUILDING_LIBRARY
+
+#include <numaplace/admission.hpp>
+#include <numaplace/allocator.hpp>
+#include <numaplace/balancing.hpp>
+#include <numaplace/basic_partition.hpp>
+#include <numaplace/compared_placement.hpp>
+#include <numaplace/diagnostics.hpp>
+#include <numaplace/error.hpp>
+#include <numaplace/huge_pages.hpp>
+#include <numaplace/loop.hpp>
+#include <numaplace/memory.hpp>
+#include <numaplace/memory_attribute.hpp>
+#include <numaplace/observation.hpp>
+#include <numaplace/observation_counters.hpp>
+#include <numaplace/observe.hpp>
+#include <numaplace/partition.hpp>
+#include <numaplace/place.hpp>
+#include <numaplace/placement.hpp>
+#include <numaplace/pmr.hpp>
+#include <numaplace/replace.hpp>
+#include <numaplace/replace_report.hpp>
+#include <numaplace/report.hpp>
+#include <numaplace/shared_segment.hpp>
+#include <numaplace/tiers.hpp>
+#include <numaplace/topology.hpp>
+#include <numaplace/where.hpp>
