@@ -35,3 +35,17 @@
 #include <numaplace/tiers.hpp>
 #include <numaplace/topology.hpp>
 #include <numaplace/where.hpp>
+
+namespace numaplace {
+namespace detail {
+// The slow paths of the library's placements (routing.hpp declares them `extern template` for users).
+template void* routed_own_mapping<on_node>(const on_node&, std::size_t, std::size_t);
+template void routed_unmap<on_node>(const on_node&, void*, std::size_t, std::size_t) noexcept;
+template void* routed_own_mapping<preferred_many>(const preferred_many&, std::size_t, std::size_t);
+template void routed_unmap<preferred_many>(const preferred_many&, void*, std::size_t, std::size_t) noexcept;
+template void* routed_own_mapping<interleaved>(const interleaved&, std::size_t, std::size_t);
+template void routed_unmap<interleaved>(const interleaved&, void*, std::size_t, std::size_t) noexcept;
+template void* routed_own_mapping<partitioned>(const partitioned&, std::size_t, std::size_t);
+template void routed_unmap<partitioned>(const partitioned&, void*, std::size_t, std::size_t) noexcept;
+} // namespace detail
+} // namespace numaplace

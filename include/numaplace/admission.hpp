@@ -17,6 +17,7 @@
 /// cannot both pass. Sizes whose page rounding or alignment padding overflows are refused with ENOMEM
 /// before anything is mapped.
 
+#include "detail/config.hpp"
 #include "detail/fork.hpp"
 #include "detail/linux.hpp"
 #include "topology.hpp"
@@ -260,9 +261,11 @@ private:
 // Fork hooks (stage capacity): nobody makes the accounting or holds its lock during fork. A heap
 // admits regions inside its gate (an earlier stage); the log (a later stage) may be written under it.
 inline std::mutex& capacity_lock(capacity& c) noexcept { return c.mutex(); }
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const detail::fork_hook_registration capacity_fork{
     detail::fork_stage::capacity,
     detail::locked_global_hooks<capacity, &capacity::cell, std::mutex, &capacity_lock>::hook()};
+#endif
 
 /// \effects drops the reservations inside [p, p+length) (unmapped). Never allocates; nothing to do when
 /// the accounting was never made.

@@ -17,7 +17,7 @@
 /// `benchmarks/workloads.cpp` measure the paths. Nothing here needs pmr.hpp, so this
 /// header does not include it, nor `<memory_resource>` (tests/header_deps checks both).
 
-#include "detail/background_release.hpp"
+#include "detail/config.hpp"
 #include "detail/routing.hpp"
 #include "error.hpp"
 #include "memory.hpp"
@@ -53,11 +53,7 @@ namespace numaplace {
 /// a `membarrier` system call and a flush per live thread cache: for phase changes, after freeing a
 /// working set that will not come back, not for a loop. Freed memory also goes back by itself once unused
 /// for a second, or beyond the recent peak in use.
-inline void release_cached_memory() noexcept {
-    detail::thread_cache::flush_every_thread();
-    detail::heap_registry::release_free();
-    if (detail::placed_cache* cache = detail::placed_cache::cell().peek()) cache->release_all();
-}
+NUMAPLACE_DECL void release_cached_memory() noexcept;
 
 /// The shard count of the per-node heaps: how many span heaps a node's new small blocks come from now,
 /// and why (heap_sharding()).
@@ -77,25 +73,7 @@ struct heap_sharding_report {
 /// shard each, at up to 1.6x the peak memory: docs/heap.md, "Shards chosen"). A thread moves to the
 /// shard in force at its next refill; blocks never move (each goes back to its own span's shard).
 /// \throws what making the heaps throws (the topology, bad_alloc).
-inline heap_sharding_report heap_sharding() {
-    const detail::heap_registry& r = detail::heap_registry::instance();
-    heap_sharding_report out;
-    out.limit = r.shards();
-    out.chosen = !r.forced();
-    out.thread_caches = detail::thread_cache::counted_caches();
-    out.cpus = r.cpus();
-    out.shards = r.shards_for(out.thread_caches);
-    if (!out.chosen)
-        out.reason = "NUMAPLACE_HEAP_SHARDS=" + std::to_string(out.limit);
-    else if (out.shards == 1)
-        out.reason = std::to_string(out.thread_caches) + " thread caches on " + std::to_string(out.cpus) +
-                     " CPUs: one shard (caches do not outnumber the CPUs)";
-    else
-        out.reason = std::to_string(out.thread_caches) + " thread caches on " + std::to_string(out.cpus) +
-                     " CPUs: a shard more for each cache beyond the CPUs, up to " + std::to_string(out.limit) +
-                     " (oversubscribed)";
-    return out;
-}
+NUMAPLACE_DECL heap_sharding_report heap_sharding();
 
 /// \returns heap_sharding().shards: the span heaps a node's new small blocks come from now.
 /// \throws what making the heaps throws (the topology, bad_alloc).
@@ -109,10 +87,7 @@ inline std::size_t heap_shards() { return heap_sharding().shards; }
 /// replaces the previous period. Off by default: a thread of its own wakes up beside pinned compute
 /// threads. A forked child starts without it. Blocks in use and threads' caches are never touched.
 /// \throws std::system_error when the thread cannot be made (then none runs).
-inline void background_release(std::chrono::milliseconds period) {
-    const std::int64_t ms = period.count(); // a signed type of at least 45 bits
-    detail::set_background_release(ms);
-}
+NUMAPLACE_DECL void background_release(std::chrono::milliseconds period);
 
 namespace detail {
 // The default placement of allocator<T, P>: P() where it exists, the default partition of T for
@@ -316,5 +291,9 @@ template <class T>
 using partitioned_vector = std::vector<T, default_init_allocator<partitioned_allocator<T>>>;
 
 } // namespace numaplace
+
+#if NUMAPLACE_DEFINITIONS
+#include "detail/heap_control_impl.hpp"
+#endif
 
 #endif

@@ -147,8 +147,10 @@ inline const partition_layout& empty_layout() noexcept {
         return ::new (static_cast<void*>(storage)) partition_layout();
     });
 }
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration empty_layout_fork{
     fork_stage::empty_layout, lazy_global_hooks<const partition_layout, &empty_layout_cell>::hook()};
+#endif
 
 } // namespace detail
 

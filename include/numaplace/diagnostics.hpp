@@ -5,6 +5,7 @@
 /// The degradation log: every time a degrading placement (or a loop, or a topology that could not be
 /// read) falls back, it is recorded here and reported beside the capabilities (`numaplace-info`).
 
+#include "detail/config.hpp"
 #include "detail/fork.hpp"
 
 #include <algorithm>
@@ -42,9 +43,11 @@ struct degradation_log {
     static std::mutex& lock_of(degradation_log& log) noexcept { return log.mutex; }
 };
 // Fork hooks (stage degradation_log): no thread is making the log or writing to it during fork.
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration degradation_log_fork{
     fork_stage::degradation_log,
     locked_global_hooks<degradation_log, &degradation_log::cell, std::mutex, &degradation_log::lock_of>::hook()};
+#endif
 
 } // namespace detail
 

@@ -8,6 +8,7 @@
 /// thread of it), and memory accesses served by the local and by other nodes (the kernel's generic node
 /// events). A counter that could not be read is absent with its reason, never 0. docs/observe.md.
 
+#include "detail/config.hpp"
 #include "detail/fork.hpp"
 #include "detail/numastat.hpp"
 #include "detail/perf_counters.hpp"
@@ -326,9 +327,11 @@ struct observation_fork_hooks {
         observation_support_cell().fork_child();
     }
 };
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration observation_fork{
     fork_stage::observation,
     fork_hook{&observation_fork_hooks::prepare, &observation_fork_hooks::parent, &observation_fork_hooks::child}};
+#endif
 } // namespace detail
 
 /// \returns per group whether a scope can measure it here and why not, probed once per process (one

@@ -5,6 +5,7 @@
 /// `std::pmr` memory resources: whole pages with a placement, and a pooled small-object resource per
 /// node.
 
+#include "detail/config.hpp"
 #include "detail/fork.hpp"
 #include "detail/routing.hpp"
 #include "memory.hpp"
@@ -81,8 +82,10 @@ inline lazy_global<node_pool_resource*>& node_pools_cell() noexcept {
     static lazy_global<node_pool_resource*> cell; // constant-initialised: no guard
     return cell;
 }
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration node_pools_fork{
     fork_stage::node_pools, lazy_global_hooks<node_pool_resource*, &node_pools_cell>::hook()};
+#endif
 } // namespace detail
 
 /// \returns the pooled small-object resource of `node` (thread-safe, never destroyed). Use it for

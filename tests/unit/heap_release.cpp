@@ -7,6 +7,8 @@
 #include <numaplace/allocator.hpp>
 #include <numaplace/replicated.hpp>
 #include <numaplace/topology.hpp>
+#include <numaplace/detail/background_release.hpp> // the internals these tests look into, which the
+#include <numaplace/detail/routed_mapping.hpp>     // separately compiled mode leaves out of the public headers
 
 #include <gtest/gtest.h>
 

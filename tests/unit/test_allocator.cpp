@@ -7,6 +7,8 @@
 #include <numaplace/parallel_for.hpp>
 #include <numaplace/replace.hpp>
 #include <numaplace/where.hpp>
+#include <numaplace/detail/background_release.hpp> // the internals these tests look into, which the
+#include <numaplace/detail/routed_mapping.hpp>     // separately compiled mode leaves out of the public headers
 
 #include <gtest/gtest.h>
 

@@ -7,6 +7,7 @@
 /// frees any more. State in constant-initialised atomics (no lock): a thread runs while its generation
 /// is the current one; a new call or a fork makes a new generation. Design: docs/heap.md.
 
+#include "config.hpp"
 #include "decay.hpp"
 #include "fork.hpp"
 
@@ -57,8 +58,10 @@ inline void background_release_forked_child() noexcept {
     background_period_ms.store(0, std::memory_order_relaxed);
     background_threads.store(0, std::memory_order_relaxed);
 }
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration background_release_fork_hook{
     fork_stage::background_release, fork_hook{nullptr, nullptr, &background_release_forked_child}};
+#endif
 
 } // namespace detail
 } // namespace numaplace

@@ -12,6 +12,7 @@
 // overload keeps the loop and the pages in step). Thread-safe; an empty record costs one relaxed atomic
 // load per call.
 
+#include "config.hpp"
 #include "../memory.hpp"
 #include "../partition.hpp"
 #include "fork.hpp"
@@ -116,9 +117,11 @@ private:
 
 // Fork hooks (stage placed_record, after the heaps' gates: a thread inside a gate may unmap, which takes
 // this lock): nobody makes the record or holds its lock during fork.
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration placed_buffers_fork{
     fork_stage::placed_record,
     locked_global_hooks<placed_buffers, &placed_buffers::cell, std::shared_mutex, &placed_buffers::lock_of>::hook()};
+#endif
 
 /// \returns the split `for_bytes(bytes)` of the layout the buffer at `data` follows: a re-placement's if
 /// `replace` changed it (and the buffer still has `bytes`), otherwise `allocated` (the allocator's split).

@@ -8,6 +8,7 @@
 // Never freed means a handle stays valid during static destruction and in a moved-from object, and
 // equal content gives equal addresses (== on handles is == on content).
 
+#include "config.hpp"
 #include "fork.hpp"
 
 #include <cstddef>
@@ -28,11 +29,13 @@ struct intern_lock {
         return lock;
     }
 };
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration intern_fork{
     fork_stage::intern,
     fork_hook{[]() noexcept { intern_lock::instance().mutex.lock(); },
               []() noexcept { intern_lock::instance().mutex.unlock(); },
               []() noexcept { remake_unlocked(intern_lock::instance().mutex); }}};
+#endif
 
 template <class State>
 struct intern_registry {

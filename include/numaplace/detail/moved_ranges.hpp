@@ -10,6 +10,7 @@
 /// says "moved" for every block from then on (the caches stop reusing, which is always correct).
 /// Why: docs/replace.md.
 
+#include "config.hpp"
 #include "fork.hpp"
 
 #include <atomic>
@@ -136,8 +137,10 @@ inline void note_replaced(std::uintptr_t begin, std::uintptr_t end, bool policy)
 }
 
 inline std::mutex& moved_ranges_lock(moved_ranges& m) noexcept { return m.mutex(); }
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration moved_ranges_fork_hook{
     fork_stage::moved_ranges, locked_global_hooks<moved_ranges, &moved_ranges::cell, std::mutex, &moved_ranges_lock>::hook()};
+#endif
 
 } // namespace detail
 } // namespace numaplace

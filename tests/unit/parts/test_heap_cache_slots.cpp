@@ -5,6 +5,7 @@
 // Part of the test_heap binary (no guest boot of its own).
 #include <numaplace/allocator.hpp>
 #include <numaplace/detail/heap/cache_slots.hpp>
+#include <numaplace/detail/routed_mapping.hpp> // the heap's internals (out of the public headers when separately compiled)
 
 #include <gtest/gtest.h>
 

@@ -4,6 +4,7 @@
 // (tests/CMakeLists.txt: no guest boot of its own). Each case runs in a fresh process (this binary
 // executed again for it alone) pinned to one CPU before its heaps are made, so the count is exact.
 #include <numaplace/allocator.hpp>
+#include <numaplace/detail/routed_mapping.hpp> // the heap's internals (out of the public headers when separately compiled)
 
 #include <gtest/gtest.h>
 

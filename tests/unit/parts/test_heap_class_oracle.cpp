@@ -3,6 +3,7 @@
 // asked (8-byte steps to 128 B only for alignments up to 8); the shard count for every number of thread
 // caches around the CPUs, the limit, and SIZE_MAX. Part of the test_heap binary (no guest boot of its own).
 #include <numaplace/allocator.hpp>
+#include <numaplace/detail/routed_mapping.hpp> // the heap's internals (out of the public headers when separately compiled)
 
 #include <gtest/gtest.h>
 

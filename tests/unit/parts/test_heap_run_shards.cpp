@@ -5,6 +5,7 @@
 // of each other's (docs/heap.md, "The same two misses, third session"). Part of the test_heap binary.
 #include <numaplace/allocator.hpp>
 #include <numaplace/detail/heap/registry.hpp>
+#include <numaplace/detail/routed_mapping.hpp> // the heap's internals (out of the public headers when separately compiled)
 
 #include <gtest/gtest.h>
 

@@ -5,6 +5,7 @@
 /// Every node's heaps (one per node and source), made on first use and never destroyed, and their fork
 /// hooks: stage `heap_registry` holds the making lock, stage `heaps` closes every heap's gate.
 
+#include "../config.hpp"
 #include "../../diagnostics.hpp"
 #include "../../topology.hpp"
 #include "../fork.hpp"
@@ -147,12 +148,14 @@ inline const bool heap_run_marker_registered = [] {
     heap_run_marker_hook.store(&heap_registry::mark_moved, std::memory_order_release);
     return true;
 }();
+#if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
 inline const fork_hook_registration heap_registry_fork_hook{
     fork_stage::heap_registry,
     lazy_global_hooks<heap_registry, &heap_registry::cell>::hook()};
 inline const fork_hook_registration heap_gates_fork_hook{
     fork_stage::heaps,
     fork_hook{&heap_registry::close_gates, &heap_registry::reopen_gates_parent, &heap_registry::reopen_gates_child}};
+#endif
 
 } // namespace detail
 } // namespace numaplace
