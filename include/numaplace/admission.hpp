@@ -262,7 +262,7 @@ private:
 // admits regions inside its gate (an earlier stage); the log (a later stage) may be written under it.
 inline std::mutex& capacity_lock(capacity& c) noexcept { return c.mutex(); }
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const detail::fork_hook_registration capacity_fork{
+inline const detail::fork_hook_registration capacity_fork NUMAPLACE_EARLY_INIT{
     detail::fork_stage::capacity,
     detail::locked_global_hooks<capacity, &capacity::cell, std::mutex, &capacity_lock>::hook()};
 #endif

@@ -8,8 +8,6 @@
 
 #include "detail/config.hpp"
 #include "detail/fork.hpp"
-#include "detail/intern.hpp"
-#include "detail/linux.hpp"
 #include "detail/wide_math.hpp"
 #include "error.hpp"
 #include "topology.hpp"
@@ -62,15 +60,7 @@ struct page_geometry {
 
     /// \returns the geometry of `topo`: for the running system its page size, THP huge page size and THP
     /// mode; for a synthetic or XML topology the defaults {4096, 2 MiB, never}.
-    static page_geometry of(const topology& topo) {
-        page_geometry g;
-        if (!topo.is_this_system()) return g;
-        g.page = detail::page_size();
-        g.huge = detail::huge_page_size();
-        const std::string& t = topo.capabilities().thp;
-        g.thp = t == "always" ? thp_mode::always : t == "madvise" ? thp_mode::madvise : thp_mode::never;
-        return g;
-    }
+    NUMAPLACE_DECL static page_geometry of(const topology& topo);
     friend bool operator==(const page_geometry& a, const page_geometry& b) noexcept {
         return a.page == b.page && a.huge == b.huge && a.thp == b.thp;
     }
@@ -148,7 +138,7 @@ inline const partition_layout& empty_layout() noexcept {
     });
 }
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration empty_layout_fork{
+inline const fork_hook_registration empty_layout_fork NUMAPLACE_EARLY_INIT{
     fork_stage::empty_layout, lazy_global_hooks<const partition_layout, &empty_layout_cell>::hook()};
 #endif
 
@@ -168,24 +158,9 @@ public:
     /// set, a weight count that does not match, all-zero weights, element size or row length 0,
     /// n × row_length × element_size beyond SIZE_MAX, or a geometry whose sizes are not powers of two
     /// with huge >= page.
-    basic_partition(std::size_t n, std::size_t element_size, std::size_t row_length, const node_set& nodes,
-                    std::vector<std::size_t> weights, edge_alignment edges, const topology& topo,
-                    const page_geometry& geometry)
-        : basic_partition() {
-        topo.check(nodes);
-        if (weights.empty()) weights = core_weights(topo, nodes);
-        if (weights.size() != nodes.size())
-            detail::throw_invalid("partition: " + std::to_string(weights.size()) + " weights for " +
-                                  std::to_string(nodes.size()) + " nodes");
-        detail::partition_layout l;
-        l.nodes = nodes;
-        set_unit(l, element_size, row_length, edges, geometry);
-        set_weights(l, std::move(weights));
-        if (l.total() == 0) detail::throw_invalid("partition: all weights are zero (memory-only nodes have no cores)");
-        check_bytes(n, l.unit_bytes);
-        layout_ = detail::intern(std::move(l));
-        units_ = count_ = n;
-    }
+    NUMAPLACE_DECL basic_partition(std::size_t n, std::size_t element_size, std::size_t row_length, const node_set& nodes,
+                                   std::vector<std::size_t> weights, edge_alignment edges, const topology& topo,
+                                   const page_geometry& geometry);
 
     /// \returns the number of indexes (units, or elements for an `elements()` view), clipped.
     std::size_t size() const noexcept { return count_; }
@@ -236,12 +211,7 @@ public:
         return numaplace::block{layout_->nodes[k], std::min(b, count_), std::min(e, count_)};
     }
     /// \returns every block, in node order.
-    std::vector<numaplace::block> blocks() const {
-        std::vector<numaplace::block> v;
-        v.reserve(block_count());
-        for (std::size_t k = 0; k < block_count(); ++k) v.push_back(block(k));
-        return v;
-    }
+    NUMAPLACE_DECL std::vector<numaplace::block> blocks() const;
     /// \returns the block that contains `index` (< size()); an empty block of node -1 otherwise.
     numaplace::block block_of(std::size_t index) const noexcept {
         if (index >= count_) return numaplace::block{};
@@ -276,15 +246,7 @@ public:
     /// \returns the same layout split for `m` indexes (units; elements for an element view, then split as
     /// ceil(m / unit_length()) whole units). \throws invalid_placement when m units overflow the bytes, or
     /// for m > 0 on an empty (default-constructed) partition: it has no node to put the indexes on.
-    basic_partition resized(std::size_t m) const {
-        if (m != 0 && layout_->nodes.empty())
-            detail::throw_invalid("partition: resized(" + std::to_string(m) + ") of an empty partition (no node)");
-        basic_partition p = *this;
-        p.units_ = elements_ ? m / layout_->row_length + (m % layout_->row_length != 0) : m;
-        check_bytes(p.units_, layout_->unit_bytes);
-        p.count_ = m;
-        return p;
-    }
+    NUMAPLACE_DECL basic_partition resized(std::size_t m) const;
     /// \returns the same blocks (same split, same edges) cut at `m` indexes: indexes at or past `m` are
     /// dropped. No effect when m >= size().
     basic_partition clipped(std::size_t m) const noexcept {
@@ -314,41 +276,13 @@ public:
     /// the count and the weights), as an unclipped unit-indexed partition. No topology is read.
     /// \throws invalid_placement (as the constructor) for a size 0, a geometry that is not powers of two,
     /// or bytes beyond SIZE_MAX.
-    basic_partition remade(std::size_t element_size, std::size_t row_length, edge_alignment edges,
-                           const page_geometry& geometry) const {
-        if (layout_->nodes.empty()) return basic_partition();
-        detail::partition_layout l = *layout_;
-        set_unit(l, element_size, row_length, edges, geometry);
-        check_bytes(units_, l.unit_bytes);
-        basic_partition p;
-        p.layout_ = detail::intern(std::move(l));
-        p.units_ = p.count_ = units_;
-        return p;
-    }
+    NUMAPLACE_DECL basic_partition remade(std::size_t element_size, std::size_t row_length, edge_alignment edges,
+                                          const page_geometry& geometry) const;
     /// \returns the partition of `n` units whose block k is [cuts[k], cuts[k + 1]) exactly (cuts has
     /// block_count() + 1 non-decreasing entries from 0 to n), same nodes, unit, geometry and edge policy:
     /// its weights are the blocks' sizes, so growth (`resized`) scales them. A partition of 0 units keeps
     /// this one's weights. \throws invalid_placement for cuts that are not that.
-    basic_partition with_cuts(const std::vector<std::size_t>& cuts) const {
-        const std::size_t count = block_count();
-        if (cuts.size() != count + 1 || cuts.front() != 0)
-            detail::throw_invalid("partition: " + std::to_string(cuts.size()) + " cut points for " + std::to_string(count) +
-                                  " blocks (need blocks + 1, the first 0)");
-        for (std::size_t k = 0; k < count; ++k)
-            if (cuts[k + 1] < cuts[k]) detail::throw_invalid("partition: cut points decrease at block " + std::to_string(k));
-        const std::size_t n = cuts.back();
-        basic_partition p = *this;
-        p.elements_ = false;
-        p.units_ = p.count_ = n;
-        if (n == 0) return p;
-        check_bytes(n, layout_->unit_bytes);
-        detail::partition_layout l = *layout_;
-        std::vector<std::size_t> sizes(count);
-        for (std::size_t k = 0; k < count; ++k) sizes[k] = cuts[k + 1] - cuts[k];
-        set_weights(l, std::move(sizes));
-        p.layout_ = detail::intern(std::move(l));
-        return p;
-    }
+    NUMAPLACE_DECL basic_partition with_cuts(const std::vector<std::size_t>& cuts) const;
 
     /// \returns whether both use the same layout (same nodes, weights, unit, geometry, edge policy).
     bool same_layout(const basic_partition& other) const noexcept { return layout_ == other.layout_; }
@@ -360,47 +294,16 @@ public:
     friend bool operator!=(const basic_partition& a, const basic_partition& b) noexcept { return !(a == b); }
 
     /// \returns cores per node of `nodes` (0 for memory-only nodes).
-    static std::vector<std::size_t> core_weights(const topology& topo, const node_set& nodes) {
-        std::vector<std::size_t> w;
-        for (int id : nodes) w.push_back(topo.at(id).cores);
-        return w;
-    }
+    NUMAPLACE_DECL static std::vector<std::size_t> core_weights(const topology& topo, const node_set& nodes);
 
 private:
     // The unit and geometry of `l`, checked: element size and row length not 0, a row's bytes within
     // SIZE_MAX, page sizes powers of two with huge >= page.
-    static void set_unit(detail::partition_layout& l, std::size_t element_size, std::size_t row_length,
-                         edge_alignment edges, const page_geometry& g) {
-        if (element_size == 0) detail::throw_invalid("partition: element size 0");
-        if (row_length == 0) detail::throw_invalid("partition: row length 0");
-        if (row_length > std::numeric_limits<std::size_t>::max() / element_size)
-            detail::throw_invalid("partition: row of " + std::to_string(row_length) + " elements of " +
-                                  std::to_string(element_size) + " bytes exceeds SIZE_MAX bytes");
-        const auto pow2 = [](std::size_t x) { return x != 0 && (x & (x - 1)) == 0; };
-        if (!pow2(g.page) || !pow2(g.huge) || g.huge < g.page)
-            detail::throw_invalid("partition: page geometry (page " + std::to_string(g.page) + ", huge " +
-                                  std::to_string(g.huge) + ") needs powers of two with huge >= page");
-        l.element_size = element_size;
-        l.row_length = row_length;
-        l.unit_bytes = element_size * row_length;
-        l.edges = edges;
-        l.geometry = g;
-    }
+    NUMAPLACE_DECL static void set_unit(detail::partition_layout& l, std::size_t element_size, std::size_t row_length,
+                                        edge_alignment edges, const page_geometry& g);
     // The weights of `l` and what derives from them (prefix sums, the smallest non-zero weight).
-    static void set_weights(detail::partition_layout& l, std::vector<std::size_t> weights) {
-        l.prefix.assign(1, 0);
-        l.smallest_weight = 0;
-        for (std::size_t w : weights) {
-            l.prefix.push_back(l.prefix.back() + w); // < nodes * 2^64: no overflow in 128 bits
-            if (w != 0 && (l.smallest_weight == 0 || w < l.smallest_weight)) l.smallest_weight = w;
-        }
-        l.weights = std::move(weights);
-    }
-    static void check_bytes(std::size_t units, std::size_t unit_bytes) {
-        if (unit_bytes != 0 && units > std::numeric_limits<std::size_t>::max() / unit_bytes)
-            detail::throw_invalid("partition: " + std::to_string(units) + " units of " + std::to_string(unit_bytes) +
-                                  " bytes exceed SIZE_MAX bytes");
-    }
+    NUMAPLACE_DECL static void set_weights(detail::partition_layout& l, std::vector<std::size_t> weights);
+    NUMAPLACE_DECL static void check_bytes(std::size_t units, std::size_t unit_bytes);
     // Edge k (0..block_count()) in units of the split of units_: the exact cumulative weighted share
     // rounded up, ceil(units_ x prefix[k] / total). Block k then holds its exact share to within one unit,
     // and unit 0 is always in the first weighted block (the owner of a small allocation's only page).
@@ -433,5 +336,9 @@ static_assert(std::is_trivially_copyable<basic_partition>::value, "partition han
 static_assert(std::is_nothrow_copy_constructible<basic_partition>::value, "");
 
 } // namespace numaplace
+
+#if NUMAPLACE_DEFINITIONS
+#include "detail/basic_partition_impl.hpp"
+#endif
 
 #endif

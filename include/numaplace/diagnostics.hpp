@@ -44,7 +44,7 @@ struct degradation_log {
 };
 // Fork hooks (stage degradation_log): no thread is making the log or writing to it during fork.
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration degradation_log_fork{
+inline const fork_hook_registration degradation_log_fork NUMAPLACE_EARLY_INIT{
     fork_stage::degradation_log,
     locked_global_hooks<degradation_log, &degradation_log::cell, std::mutex, &degradation_log::lock_of>::hook()};
 #endif

@@ -328,7 +328,7 @@ struct observation_fork_hooks {
     }
 };
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration observation_fork{
+inline const fork_hook_registration observation_fork NUMAPLACE_EARLY_INIT{
     fork_stage::observation,
     fork_hook{&observation_fork_hooks::prepare, &observation_fork_hooks::parent, &observation_fork_hooks::child}};
 #endif

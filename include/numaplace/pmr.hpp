@@ -83,7 +83,7 @@ inline lazy_global<node_pool_resource*>& node_pools_cell() noexcept {
     return cell;
 }
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration node_pools_fork{
+inline const fork_hook_registration node_pools_fork NUMAPLACE_EARLY_INIT{
     fork_stage::node_pools, lazy_global_hooks<node_pool_resource*, &node_pools_cell>::hook()};
 #endif
 } // namespace detail

@@ -59,7 +59,7 @@ inline void background_release_forked_child() noexcept {
     background_threads.store(0, std::memory_order_relaxed);
 }
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration background_release_fork_hook{
+inline const fork_hook_registration background_release_fork_hook NUMAPLACE_EARLY_INIT{
     fork_stage::background_release, fork_hook{nullptr, nullptr, &background_release_forked_child}};
 #endif
 

@@ -118,7 +118,7 @@ private:
 // Fork hooks (stage placed_record, after the heaps' gates: a thread inside a gate may unmap, which takes
 // this lock): nobody makes the record or holds its lock during fork.
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration placed_buffers_fork{
+inline const fork_hook_registration placed_buffers_fork NUMAPLACE_EARLY_INIT{
     fork_stage::placed_record,
     locked_global_hooks<placed_buffers, &placed_buffers::cell, std::shared_mutex, &placed_buffers::lock_of>::hook()};
 #endif

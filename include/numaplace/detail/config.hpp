@@ -14,6 +14,17 @@
 //   NUMAPLACE_DECL          on such a function's declaration and definition: `inline` header-only,
 //                           nothing (an ordinary external function) separately compiled
 //   NUMAPLACE_DEFINITIONS   1 where those definitions are compiled: header-only, or libnumaplace's source
+// A function that must stay out of line (NUMAPLACE_NOINLINE) is declared without either macro and defined
+// with both: GCC refuses `noinline` on an inline declaration that is not its definition.
+//   NUMAPLACE_EARLY_INIT    on the fork-hook registrations (detail/fork.hpp): in libnumaplace they run
+//                           before the program's own static initialisers (a program may fork during its
+//                           static initialisation); header-only, in each including TU, before what
+//                           follows the include, as any initialiser.
+#if defined(NUMAPLACE_SEPARATE_COMPILATION) && defined(NUMAPLACE_BUILDING_LIBRARY)
+#define NUMAPLACE_EARLY_INIT __attribute__((init_priority(101)))
+#else
+#define NUMAPLACE_EARLY_INIT
+#endif
 #if !defined(NUMAPLACE_SEPARATE_COMPILATION)
 #define NUMAPLACE_DECL inline
 #define NUMAPLACE_DEFINITIONS 1

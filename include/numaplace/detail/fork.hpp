@@ -19,6 +19,8 @@
 /// a program that includes only some headers gets exactly their hooks, in this order whatever the
 /// order of inclusion.
 
+#include "config.hpp"
+
 #include <atomic>
 #include <iterator> // before <mutex>: libstdc++ 12 under _GLIBCXX_DEBUG needs it declared first
 #include <mutex>
@@ -75,10 +77,13 @@ struct fork_handlers {
     }
     fork_handlers() noexcept { ::pthread_atfork(&prepare, &parent, &child); }
 };
-/// The one registration of numaplace's fork handlers with the C library (static initialisation of any TU including this).
-inline const fork_handlers fork_handlers_registered{};
+/// The one registration of numaplace's fork handlers with the C library (static initialisation of any TU
+/// including this; separately compiled, of libnumaplace, before the program's own).
+#if NUMAPLACE_DEFINITIONS
+inline const fork_handlers fork_handlers_registered NUMAPLACE_EARLY_INIT{};
+#endif
 
-/// Registers `hook` for `stage` at static initialisation: `inline const fork_hook_registration x{...};`.
+/// Registers `hook` for `stage` at static initialisation: `inline const fork_hook_registration x NUMAPLACE_EARLY_INIT{...};`.
 struct fork_hook_registration {
     fork_hook_registration(fork_stage stage, fork_hook hook) noexcept {
         fork_hooks[static_cast<unsigned>(stage)] = hook;

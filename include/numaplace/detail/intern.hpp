@@ -30,7 +30,7 @@ struct intern_lock {
     }
 };
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration intern_fork{
+inline const fork_hook_registration intern_fork NUMAPLACE_EARLY_INIT{
     fork_stage::intern,
     fork_hook{[]() noexcept { intern_lock::instance().mutex.lock(); },
               []() noexcept { intern_lock::instance().mutex.unlock(); },

@@ -138,7 +138,7 @@ inline void note_replaced(std::uintptr_t begin, std::uintptr_t end, bool policy)
 
 inline std::mutex& moved_ranges_lock(moved_ranges& m) noexcept { return m.mutex(); }
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration moved_ranges_fork_hook{
+inline const fork_hook_registration moved_ranges_fork_hook NUMAPLACE_EARLY_INIT{
     fork_stage::moved_ranges, locked_global_hooks<moved_ranges, &moved_ranges::cell, std::mutex, &moved_ranges_lock>::hook()};
 #endif
 

@@ -302,7 +302,7 @@ private:
 
 inline std::mutex& placed_cache_lock(placed_cache& c) noexcept { return c.mutex(); }
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration placed_cache_fork_hook{
+inline const fork_hook_registration placed_cache_fork_hook NUMAPLACE_EARLY_INIT{
     fork_stage::placed_cache,
     locked_global_hooks<placed_cache, &placed_cache::cell, std::mutex, &placed_cache_lock>::hook()};
 #endif

@@ -55,7 +55,7 @@ pool_pages pool_pages_of(const Placement& p, std::size_t bytes) noexcept {
 // blocks get a mapping of their own, kept for reuse by the same placement, size and alignment
 // (placed_cache.hpp).
 template <class Placement>
-void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
+NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment) {
     if constexpr (std::is_same<Placement, on_node>::value) {
         if (!on_explicit_pages(placement) && large_cache::serves(bytes, alignment)) {
             const std::size_t heap = heap_index(placement.home_node(), heap_source_of(placement));
@@ -70,7 +70,7 @@ void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::siz
     return p;
 }
 template <class Placement>
-void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
+NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept {
     if (!p) return;
     if constexpr (std::is_same<Placement, on_node>::value) {
         if (!on_explicit_pages(placement) && large_cache::serves(bytes, alignment)) {
@@ -83,7 +83,7 @@ void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::s
 }
 
 #if NUMAPLACE_DEFINITIONS
-NUMAPLACE_DECL void* routed_heap_allocate(std::size_t heap, std::size_t slot, std::size_t bytes) {
+NUMAPLACE_NOINLINE NUMAPLACE_DECL void* routed_heap_allocate(std::size_t heap, std::size_t slot, std::size_t bytes) {
     try {
         return heap_allocate(heap, slot);
     } catch (const placement_error& e) {

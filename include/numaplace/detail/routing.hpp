@@ -59,13 +59,13 @@ NUMAPLACE_ALWAYS_INLINE std::size_t route_slot(const Placement& placement, std::
 // this thread's list) inlines into every allocator; defined in routed_mapping.hpp.
 /// \returns a mapping of `bytes` of its own placed by `placement` (or an `on_node` large block of its heap).
 template <class Placement>
-NUMAPLACE_NOINLINE void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment);
+void* routed_own_mapping(const Placement& placement, std::size_t bytes, std::size_t alignment);
 /// \effects releases what routed_own_mapping returned. Never allocates.
 template <class Placement>
-NUMAPLACE_NOINLINE void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept;
+void routed_unmap(const Placement& placement, void* p, std::size_t bytes, std::size_t alignment) noexcept;
 /// \returns a block of heap slot `slot` for a request of `bytes`, from the heap's lists or new memory.
 /// \throws placement_error naming `bytes` (the heap maps a span or a region at a time).
-NUMAPLACE_NOINLINE NUMAPLACE_DECL void* routed_heap_allocate(std::size_t heap, std::size_t slot, std::size_t bytes);
+void* routed_heap_allocate(std::size_t heap, std::size_t slot, std::size_t bytes);
 
 #if !NUMAPLACE_DEFINITIONS
 // Separately compiled: libnumaplace instantiates the slow paths of the library's placements. A

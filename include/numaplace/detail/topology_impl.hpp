@@ -240,7 +240,7 @@ NUMAPLACE_DECL void topology::probe() {
 namespace detail {
 // Fork hooks (stage topology): a thread loading the topology finishes before fork; none starts during it.
 // Nothing is loaded on behalf of a fork.
-inline const fork_hook_registration topology_fork{
+inline const fork_hook_registration topology_fork NUMAPLACE_EARLY_INIT{
     fork_stage::topology, lazy_global_hooks<const topology, &topology::system_cell>::hook()};
 } // namespace detail
 

@@ -149,10 +149,10 @@ inline const bool heap_run_marker_registered = [] {
     return true;
 }();
 #if NUMAPLACE_DEFINITIONS // separately compiled: registered by libnumaplace
-inline const fork_hook_registration heap_registry_fork_hook{
+inline const fork_hook_registration heap_registry_fork_hook NUMAPLACE_EARLY_INIT{
     fork_stage::heap_registry,
     lazy_global_hooks<heap_registry, &heap_registry::cell>::hook()};
-inline const fork_hook_registration heap_gates_fork_hook{
+inline const fork_hook_registration heap_gates_fork_hook NUMAPLACE_EARLY_INIT{
     fork_stage::heaps,
     fork_hook{&heap_registry::close_gates, &heap_registry::reopen_gates_parent, &heap_registry::reopen_gates_child}};
 #endif

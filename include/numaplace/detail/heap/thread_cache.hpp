@@ -56,7 +56,7 @@ public:
     }
     /// try_push of a run, out of line so that the inlined span path stays small.
     /// \returns false over a bound (the run budget included): deallocate then evicts other runs.
-    NUMAPLACE_NOINLINE NUMAPLACE_DECL bool try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept;
+    bool try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept;
     /// \effects caches `p`, then gives blocks back while over a bound. Never allocates.
     /// \returns false if this thread has no list for the heap, or for a run replace() marked (the caller
     /// frees centrally: see run_marks.hpp).
@@ -184,7 +184,7 @@ private:
     // background_release() runs), so freed memory goes
     // back even while every allocation is served from a thread cache. Never allocates; holds no lock.
     static constexpr std::uint32_t decay_ticks = 1024;
-    NUMAPLACE_NOINLINE NUMAPLACE_DECL void tick() noexcept;
+    void tick() noexcept;
 
     std::uint32_t ticks_ = decay_ticks; // allocations to the next tick
     std::size_t count_;
@@ -201,9 +201,9 @@ private:
 /// cache, or centrally once the cache is gone (thread or process exit).
 /// \throws placement_error, std::bad_alloc. \notes out of line: the allocators inline only the fast
 /// path, thread_cache::try_pop.
-NUMAPLACE_NOINLINE NUMAPLACE_DECL void* heap_allocate(std::size_t heap, std::size_t slot);
+void* heap_allocate(std::size_t heap, std::size_t slot);
 /// \effects gives a block of slot `slot` back to heap `heap`. Never allocates.
-NUMAPLACE_NOINLINE NUMAPLACE_DECL void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept;
+void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept;
 
 } // namespace detail
 } // namespace numaplace

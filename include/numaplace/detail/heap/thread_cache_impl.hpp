@@ -73,7 +73,7 @@ NUMAPLACE_DECL void* thread_cache::allocate(std::size_t heap, std::size_t slot) 
     owner_.end();
     return b;
 }
-NUMAPLACE_DECL bool thread_cache::try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
+NUMAPLACE_NOINLINE NUMAPLACE_DECL bool thread_cache::try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
     cache_slot& l = ls[slot];
     const heap_slot_info info = heap_slot_info_of(slot);
     if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
@@ -232,7 +232,7 @@ NUMAPLACE_DECL std::size_t thread_cache::reconsider_shard() noexcept {
     shard_ = best;
     return n;
 }
-NUMAPLACE_DECL void thread_cache::tick() noexcept {
+NUMAPLACE_NOINLINE NUMAPLACE_DECL void thread_cache::tick() noexcept {
     ticks_ = decay_ticks;
     static std::atomic<std::int64_t> last{0}; // constant-initialised
     const std::int64_t now = os_now_ms();
@@ -243,20 +243,20 @@ NUMAPLACE_DECL void thread_cache::tick() noexcept {
 
 /// In a forked child only the forking thread lives: its cache, if it has one, is the only one (the
 /// others' would keep every later budget at a share of the parent's threads).
-inline const fork_hook_registration thread_caches_fork_hook{fork_stage::thread_caches, fork_hook{&cache_ownership::fork_prepare, &cache_ownership::fork_parent, &thread_cache::forked_child}};
+inline const fork_hook_registration thread_caches_fork_hook NUMAPLACE_EARLY_INIT{fork_stage::thread_caches, fork_hook{&cache_ownership::fork_prepare, &cache_ownership::fork_parent, &thread_cache::forked_child}};
 
 /// \returns a block of slot `slot` from heap `heap` (see heap_index, heap_slot), through this thread's
 /// cache, or centrally once the cache is gone (thread or process exit).
 /// \throws placement_error, std::bad_alloc. \notes out of line: the allocators inline only the fast
 /// path, thread_cache::try_pop.
-NUMAPLACE_DECL void* heap_allocate(std::size_t heap, std::size_t slot) {
+NUMAPLACE_NOINLINE NUMAPLACE_DECL void* heap_allocate(std::size_t heap, std::size_t slot) {
     if (thread_cache* tc = thread_cache::get()) return tc->allocate(heap, slot);
     heap_block* b = nullptr;
     heap_registry::instance().at(heap).take(slot, 1, b);
     return b;
 }
 /// \effects gives a block of slot `slot` back to heap `heap`. Never allocates.
-NUMAPLACE_DECL void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
+NUMAPLACE_NOINLINE NUMAPLACE_DECL void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
     thread_cache* tc = thread_cache::current();
     if (tc && tc->deallocate(heap, slot, p)) return;
     heap_registry::instance().at(heap).give_one(slot, static_cast<heap_block*>(p));
