@@ -11,6 +11,7 @@
 #include "../config.hpp"
 #include "cache_ownership.hpp"
 #include "cache_slots.hpp"
+#include "run_marks.hpp"
 #include "size_classes.hpp"
 
 #include <atomic>
@@ -54,9 +55,18 @@ public:
         bytes_ += info.size;
         return end(true);
     }
-    /// try_push of a run, out of line so that the inlined span path stays small.
+    /// try_push of a run, out of line so that the inlined span path stays small (defined here in both modes:
+    /// separately compiled, a call into libnumaplace cost the run cycle 5-15%).
     /// \returns false over a bound (the run budget included): deallocate then evicts other runs.
-    bool try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept;
+    NUMAPLACE_NOINLINE bool try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
+        cache_slot& l = ls[slot];
+        const heap_slot_info info = heap_slot_info_of(slot);
+        if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
+        if (run_marks.may_hold(p)) return false; // replace() moved it: the heap re-places it
+        l.blocks[l.count++] = p;
+        counted(heap, slot, info.size, true);
+        return true;
+    }
     /// \effects caches `p`, then gives blocks back while over a bound. Never allocates.
     /// \returns false if this thread has no list for the heap, or for a run replace() marked (the caller
     /// frees centrally: see run_marks.hpp).
@@ -146,8 +156,15 @@ private:
     }
 
     // Counts `bytes` of blocks into (`in`) or out of the cache; a run slot that gets blocks is marked in
-    // its heap's bitmap (unmarked when evict_heap gives its blocks back).
-    NUMAPLACE_DECL void counted(std::size_t heap, std::size_t slot, std::size_t bytes, bool in) noexcept;
+    // its heap's bitmap (unmarked when evict_heap gives its blocks back). Inline in both modes: try_pop
+    // counts a run with it on its fast path.
+    void counted(std::size_t heap, std::size_t slot, std::size_t bytes, bool in) noexcept {
+        bytes_ = in ? bytes_ + bytes : bytes_ - bytes;
+        if (slot < heap_class_count) return;
+        run_bytes_ = in ? run_bytes_ + bytes : run_bytes_ - bytes;
+        const std::size_t i = slot - heap_class_count;
+        if (in) run_marks_[heap * run_words + i / 64] |= std::uint64_t(1) << (i % 64);
+    }
     // Gives back heap `heap`'s cached runs but slot `keep`'s, longest first, while this thread caches
     // more than `bound` bytes of runs.
     NUMAPLACE_DECL void evict_heap(std::size_t heap, std::size_t keep, std::size_t bound) noexcept;

@@ -73,15 +73,6 @@ NUMAPLACE_DECL void* thread_cache::allocate(std::size_t heap, std::size_t slot) 
     owner_.end();
     return b;
 }
-NUMAPLACE_NOINLINE NUMAPLACE_DECL bool thread_cache::try_push_run(cache_slot* ls, std::size_t heap, std::size_t slot, void* p) noexcept {
-    cache_slot& l = ls[slot];
-    const heap_slot_info info = heap_slot_info_of(slot);
-    if (l.count >= info.cache_max || bytes_ + info.size > budget_ || run_bytes_ + info.size > run_budget) return false;
-    if (run_marks.may_hold(p)) return false; // replace() moved it: the heap re-places it
-    l.blocks[l.count++] = p;
-    counted(heap, slot, info.size, true);
-    return true;
-}
 NUMAPLACE_DECL bool thread_cache::deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
     if (slot >= heap_class_count && run_marks.may_hold(p)) return false; // see try_push_run
     auto* ls = static_cast<cache_slot*>(owner_.begin_slow()[heap]);
@@ -158,13 +149,6 @@ NUMAPLACE_DECL void thread_cache::flush_lists() noexcept {
     for (std::size_t h = 0; h < count_; ++h)
         if (lists_[h])
             for (std::size_t slot = 0; slot < heap_slots; ++slot) trim(h, slot, 0);
-}
-NUMAPLACE_DECL void thread_cache::counted(std::size_t heap, std::size_t slot, std::size_t bytes, bool in) noexcept {
-    bytes_ = in ? bytes_ + bytes : bytes_ - bytes;
-    if (slot < heap_class_count) return;
-    run_bytes_ = in ? run_bytes_ + bytes : run_bytes_ - bytes;
-    const std::size_t i = slot - heap_class_count;
-    if (in) run_marks_[heap * run_words + i / 64] |= std::uint64_t(1) << (i % 64);
 }
 NUMAPLACE_DECL void thread_cache::evict_heap(std::size_t heap, std::size_t keep, std::size_t bound) noexcept {
     std::uint64_t* marks = &run_marks_[heap * run_words];
