@@ -18,7 +18,7 @@ cmake_policy(VERSION 3.21) # for the functions below (IN_LIST), whatever the con
 function(_numaplace_link_error target dir item seen)
     string(REGEX REPLACE "^numaplace::" "" component "${item}")
     set(there "")
-    foreach(name core parallel omp mpi benchmark numaplace)
+    foreach(name core parallel omp mpi benchmark compiled numaplace)
         if(numaplace::${name} IN_LIST seen OR TARGET numaplace::${name})
             list(APPEND there numaplace::${name})
         endif()
@@ -33,10 +33,10 @@ function(_numaplace_link_error target dir item seen)
     if(component STREQUAL "numaplace")
         message(SEND_ERROR "numaplace::numaplace needs find_package(numaplace): target ${target} (in ${dir}) "
                            "links it, ${there}")
-    elseif(NOT component MATCHES "^(core|parallel|omp|mpi|benchmark)$")
+    elseif(NOT component MATCHES "^(core|parallel|omp|mpi|benchmark|compiled)$")
         message(SEND_ERROR "numaplace has no target ${item} (target ${target} in ${dir} links it): its "
                            "targets are numaplace::core, numaplace::parallel, numaplace::omp, numaplace::mpi, "
-                           "numaplace::benchmark and numaplace::numaplace")
+                           "numaplace::benchmark, numaplace::compiled and numaplace::numaplace")
     elseif(component IN_LIST optional_missing)
         message(SEND_ERROR "${item} needs find_package(numaplace COMPONENTS ${component}): target ${target} "
                            "(in ${dir}) links it, but ${component} was asked for as OPTIONAL_COMPONENTS and not "

@@ -2,8 +2,8 @@
 // heavy non-template functions (NUMAPLACE_DECL, detail/config.hpp) and this file compiles their
 // definitions once, so that a user's translation unit, compiled with NUMAPLACE_SEPARATE_COMPILATION
 // (CMake: link numaplace::compiled), neither parses nor generates them. Header-only (no macro) stays the
-// default and needs no library. The oneTBB part (arenas.hpp, parallel_for.hpp, replicated.hpp) is not
-// compiled here: libnumaplace needs hwloc and the C++ library only.
+// default and needs no library. The oneTBB part (the per-node arenas) is compiled here where the build has
+// it (NUMAPLACE_LIBRARY_PARALLEL: oneTBB found, the parallel component on); libnumaplace then links oneTBB.
 
 #ifndef NUMAPLACE_SEPARATE_COMPILATION
 #define NUMAPLACE_SEPARATE_COMPILATION
@@ -35,6 +35,9 @@
 #include <numaplace/tiers.hpp>
 #include <numaplace/topology.hpp>
 #include <numaplace/where.hpp>
+#ifdef NUMAPLACE_LIBRARY_PARALLEL // the oneTBB part, where this build has it (CMake: numaplace::parallel)
+#include <numaplace/arenas.hpp>
+#endif
 
 namespace numaplace {
 namespace detail {

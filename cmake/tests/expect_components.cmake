@@ -4,7 +4,7 @@
 function(numaplace_expect_targets)
     set(expected core ${ARGN})
     set(expected_links "")
-    foreach(component core parallel omp mpi benchmark)
+    foreach(component core parallel omp mpi benchmark compiled)
         if(component IN_LIST expected)
             list(APPEND expected_links numaplace::${component})
             if(NOT TARGET numaplace::${component})

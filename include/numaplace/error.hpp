@@ -29,14 +29,17 @@ public:
     std::size_t node_count() const noexcept { return node_count_; }
 
 private:
-    static std::string message(int node, std::size_t count) {
-        std::string valid = count == 0 ? std::string("none")
-                                       : "0.." + std::to_string(count - 1);
-        return "numaplace: unknown NUMA node id " + std::to_string(node) + " (valid ids: " + valid + ")";
-    }
+    NUMAPLACE_DECL static std::string message(int node, std::size_t count);
     int node_;
     std::size_t node_count_;
 };
+
+#if NUMAPLACE_DEFINITIONS
+NUMAPLACE_DECL std::string unknown_node::message(int node, std::size_t count) {
+    std::string valid = count == 0 ? std::string("none") : "0.." + std::to_string(count - 1);
+    return "numaplace: unknown NUMA node id " + std::to_string(node) + " (valid ids: " + valid + ")";
+}
+#endif
 
 /// A placement or partition over no node at all, or an otherwise malformed argument.
 class invalid_placement : public std::invalid_argument {

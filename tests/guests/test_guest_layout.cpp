@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <hwloc.h>
+
 using namespace numaplace;
 
 namespace {

@@ -14,6 +14,8 @@
 #include <owned_pages.hpp>
 #include <seccomp.hpp>
 
+#include <numaplace/detail/hwloc.hpp> // the binding tests read hwloc
+
 #include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/parallel_invoke.h>
 #include <oneapi/tbb/task_group.h>

@@ -4,6 +4,9 @@
 #include <numaplace/replace.hpp>
 #include <numaplace/where.hpp>
 
+#include <numaplace/detail/background_release.hpp> // the internals these tests look into, which the
+#include <numaplace/detail/routed_mapping.hpp>     // separately compiled mode leaves out of the public headers
+
 #include <gtest/gtest.h>
 
 #include <child.hpp>

@@ -35,7 +35,9 @@ inline const fork_hook_registration node_arenas_fork_hook{fork_stage::arenas, fo
 /// \returns true in a process forked from one that ran work through oneTBB: numaplace's loops then run
 /// every block in the calling thread, one after the other, without calling oneTBB; `degradations()`
 /// says so once per process. False otherwise.
-inline bool tbb_lost_in_fork() noexcept {
+NUMAPLACE_DECL bool tbb_lost_in_fork() noexcept;
+#if NUMAPLACE_DEFINITIONS
+NUMAPLACE_DECL bool tbb_lost_in_fork() noexcept {
     if (!tbb_lost.load(std::memory_order_relaxed)) return false;
     if (!tbb_lost_reported.exchange(true, std::memory_order_relaxed)) {
         try {
@@ -47,6 +49,7 @@ inline bool tbb_lost_in_fork() noexcept {
     }
     return true;
 }
+#endif
 } // namespace detail
 } // namespace numaplace
 
