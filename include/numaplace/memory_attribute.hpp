@@ -2,15 +2,13 @@
 #define NUMAPLACE_MEMORY_ATTRIBUTE_HPP_INCLUDED
 
 /// \file
-/// The memory attributes a firmware may give (ACPI HMAT, read by hwloc), and hwloc's value of one for a
-/// target node seen from an initiator node's CPUs. topology.hpp answers with them
+/// The memory attributes a firmware may give (ACPI HMAT, read by hwloc); reading hwloc's value of one
+/// for a target node from an initiator node's CPUs is detail/memory_attribute_hwloc.hpp's. topology.hpp answers with them
 /// (`topology::memory_attribute_value`); tiers.hpp groups nodes by them.
 
 #include "error.hpp"
 
 #include <cstddef>
-#include <cstdint>
-#include <optional>
 #include <string>
 
 namespace numaplace {

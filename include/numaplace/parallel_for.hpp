@@ -113,13 +113,13 @@ public:
     void cancel() noexcept {
         for (std::size_t k = 0; k < count_; ++k) entries_[k].group.cancel();
     }
-    /// \effects waits for every started group inside its arena, those in `first` (the arena with a slot
-    /// kept for the caller; null: none) before the others (a wait that throws counts as a failure).
-    void wait(const tbb::task_arena* first = nullptr) noexcept {
-        for (int pass = first ? 0 : 1; pass < 2; ++pass)
+    /// \effects waits for every started group inside its arena, those in the caller's arena (`home`)
+    /// before the others (a wait that throws counts as a failure).
+    void wait() noexcept {
+        for (int pass = home_ ? 0 : 1; pass < 2; ++pass)
             for (std::size_t k = 0; k < count_; ++k) {
                 entry& e = entries_[k];
-                if (!e.arena || (pass == 0) != (e.arena == first)) continue;
+                if (!e.arena || (pass == 0) != (e.arena == home_)) continue;
                 try {
                     wait_in(*e.arena, e.group);
                 } catch (...) {
@@ -159,8 +159,7 @@ tbb::task_arena* caller_arena_of(const Arenas&, long) {
 /// \throws the first exception a block threw (the others are cancelled), else what dispatch threw.
 template <class Fn, class Arenas>
 void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas) {
-    tbb::task_arena* const home = caller_arena_of(arenas, 0);
-    spread_groups groups(blocks.size(), home);
+    spread_groups groups(blocks.size(), caller_arena_of(arenas, 0));
     try {
         for (std::size_t k = 0; k < blocks.size(); ++k) {
             if (blocks[k].empty()) continue;
@@ -179,7 +178,7 @@ void run_blocks_spread(const std::vector<block>& blocks, Fn& fn, Arenas& arenas)
         NUMAPLACE_HANDOVER_ACQUIRE();
         throw;
     }
-    groups.wait(home);
+    groups.wait();
     NUMAPLACE_HANDOVER_ACQUIRE();
     groups.rethrow_first();
 }

@@ -29,7 +29,7 @@ class row_partition;
 namespace detail {
 
 /// \returns the default split of `n` units of `row_length` elements of `element_size` bytes: over the
-/// nodes of the process's binding (`cpu_binding::of(topo)`), weighted by its CPUs on each.
+/// nodes of the process's binding (`cpu_binding::of(topo)`), weighted by the cores holding its CPUs on each.
 inline basic_partition bound_split(std::size_t n, std::size_t element_size, std::size_t row_length,
                                    edge_alignment edges, const topology& topo) {
     return detail::with_binding(topo, [&](const cpu_binding& b) {
@@ -162,7 +162,8 @@ public:
     partition() noexcept = default;
 
     /// \effects splits [0,n) over the nodes this process may run on (`cpu_binding::of(topo)`: those with a
-    /// CPU of its binding; every node with CPUs when it is not bound), weighted by its CPUs on each.
+    /// CPU of its binding; every node with CPUs when it is not bound), weighted by the cores holding its
+    /// CPUs on each (`cpu_binding::weights()`: cores per node when not bound).
     /// \throws invalid_placement when no node has CPUs (or n × sizeof(T) overflows).
     explicit partition(std::size_t n, const topology& topo = topology::get(),
                        edge_alignment edges = edge_alignment::automatic)
@@ -179,8 +180,8 @@ public:
         : typed_partition_base(basic_partition(n, sizeof(T), 1, nodes, std::move(weights), edges, topo, geometry)) {}
 
     /// \returns the partition of `m` rows of `row_length` T's (an m x row_length row-major matrix) in whole
-    /// rows, over the nodes of the process's binding weighted by its CPUs: a `row_partition<T>` (indexes
-    /// are rows).
+    /// rows, over the nodes of the process's binding weighted by the cores holding its CPUs: a
+    /// `row_partition<T>` (indexes are rows).
     static row_partition<T> rows(std::size_t m, std::size_t row_length, const topology& topo = topology::get(),
                                  edge_alignment edges = edge_alignment::automatic);
     /// \returns the partition of `m` rows over `nodes` with `weights`.
@@ -206,7 +207,7 @@ public:
         const partition shape(n, nodes, std::move(weights), edges, topo);
         return partition(shape.p_.with_cuts(detail::work_cuts(shape.p_, n, work_prefix)));
     }
-    /// \returns `by_work` over the nodes of the process's binding, weighted by its CPUs on each.
+    /// \returns `by_work` over the nodes of the process's binding, weighted by the cores holding its CPUs.
     template <class W>
     static partition by_work(std::size_t n, const W* work_prefix, const topology& topo = topology::get()) {
         return detail::with_binding(topo, [&](const cpu_binding& b) {

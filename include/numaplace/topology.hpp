@@ -103,8 +103,9 @@ struct capabilities {
 class topology {
 public:
     /// \returns the topology of this process (nodes restricted to its cpuset).
-    /// \throws std::system_error (EMFILE, ENFILE) when no file descriptor is free to read it (nothing is
-    /// kept: the next call reads it again).
+    /// \throws std::system_error (EMFILE, ENFILE) when no file descriptor is free to read it, or (EPERM and
+    /// the like) when the process's CPU affinity cannot be read (a sandbox refusing sched_getaffinity,
+    /// which hwloc's discovery would retry for ever); nothing is kept: the next call reads it again.
     NUMAPLACE_DECL static const topology& get();
     /// \returns a topology from an hwloc synthetic description, e.g. "pack:2 numa:1 core:4 pu:1".
     /// \throws invalid_placement when hwloc rejects the description.

@@ -10,6 +10,7 @@
 
 #include <child.hpp>
 #include <expect.hpp>
+#include <seccomp.hpp>
 
 #include <cerrno>
 #include <cstdio>
@@ -29,6 +30,7 @@
 #include <sys/mman.h>
 #include <fcntl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 using numaplace::topology;
@@ -397,4 +399,20 @@ TEST(topology, first_read_at_the_descriptor_limit_throws_and_the_next_reads_the_
     std::string got = std::to_string(t.size());
     for (const auto& n : t.nodes()) got += " " + std::to_string(n.memory) + "/" + std::to_string(n.cores);
     EXPECT_EQ(got, std::getenv("NUMAPLACE_TEST_EXPECTED"));
+}
+
+// A process started under a sandbox refusing sched_getaffinity: hwloc's discovery would retry it for ever
+// (hwloc 2.9 doubles its set on every failure: the first version of this test hung there). A
+// std::system_error naming the call instead, nothing kept: the next call throws the same.
+TEST(topology_attack, affinity_refused_from_the_start_is_a_typed_error_not_a_hang) {
+    if (numaplace_test::rerun_started_under_seccomp({SYS_sched_getaffinity})) return;
+    for (int call = 0; call < 2; ++call) {
+        try {
+            (void)topology::get();
+            ADD_FAILURE() << "the topology was read with the affinity refused";
+        } catch (const std::system_error& e) {
+            EXPECT_EQ(e.code().value(), EPERM) << e.what();
+            EXPECT_NE(std::string(e.what()).find("sched_getaffinity"), std::string::npos) << e.what();
+        }
+    }
 }

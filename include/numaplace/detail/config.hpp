@@ -3,8 +3,9 @@
 
 /// \file
 /// Compiler spellings used across numaplace, defined once: the build mode (header-only or separately
-/// compiled), branch hints, inlining, cold paths, the ThreadSanitizer hand-over annotations. Nothing else
-/// in the library defines a macro of its own (the include guards aside). Includes nothing of numaplace.
+/// compiled), branch hints, inlining, cold paths, the ThreadSanitizer hand-over annotations. No other
+/// header defines a macro of its own (the include guards aside; libnumaplace's source and its CMake
+/// define the build-mode macros named below). Includes nothing of numaplace.
 
 // The build mode (docs/compile-cost.md). Header-only, the default: every function is defined in the
 // headers, `inline`. With NUMAPLACE_SEPARATE_COMPILATION (CMake target numaplace::compiled defines it),

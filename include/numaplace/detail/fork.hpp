@@ -15,9 +15,10 @@
 /// Lock order: the hooks' `prepare` run in `fork_stage` order, `parent` and `child` in reverse. A thread
 /// may take a stage's lock while holding an earlier stage's, never the reverse (making the heaps makes
 /// the topology; a heap inside its gate admits memory and records degradations). Each owner registers
-/// its hook for its own stage at static initialisation (`fork_hook_registration`), in its own header, so
-/// a program that includes only some headers gets exactly their hooks, in this order whatever the
-/// order of inclusion.
+/// its hook for its own stage at static initialisation (`fork_hook_registration`), beside its code, so a
+/// header-only program that includes only some headers gets exactly their hooks, in this order whatever
+/// the order of inclusion; separately compiled, libnumaplace registers every hook once (its one object
+/// is linked as soon as the program calls anything it defines: any allocation, the topology).
 
 #include "config.hpp"
 
@@ -37,7 +38,7 @@ enum class fork_stage : unsigned {
     arenas,          ///< arenas.hpp: no lock (the child's arenas made before the fork are not its own)
     background_release, ///< detail/background_release.hpp: no lock (the child has no background thread)
     observation,     ///< observe.hpp: making the capability probe (child: scopes started before the fork are the parent's)
-    thread_caches,   ///< detail/heap/thread_cache.hpp: the list of live caches (its mutex: no release flushes them; the child has one)
+    thread_caches,   ///< detail/heap/thread_cache_impl.hpp: the list of live caches (its mutex: no release flushes them; the child has one)
     node_pools,      ///< pmr.hpp: making the node pools (makes the topology, the heaps)
     heap_registry,   ///< detail/heap/registry.hpp: making the heaps
     heaps,           ///< every heap's fork gate (no thread inside a heap during fork)
@@ -47,7 +48,7 @@ enum class fork_stage : unsigned {
     empty_layout,    ///< partition.hpp: the shared empty layout (made under the interning lock)
     intern,          ///< detail/intern.hpp: the interning lock
     capacity,        ///< admission.hpp: the capacity accounting (made, then its lock)
-    topology,        ///< topology.hpp: loading the process's topology
+    topology,        ///< detail/topology_impl.hpp: loading the process's topology
     degradation_log, ///< diagnostics.hpp: the degradation log (made, then its lock)
     count
 };
@@ -83,7 +84,9 @@ struct fork_handlers {
 inline const fork_handlers fork_handlers_registered NUMAPLACE_EARLY_INIT{};
 #endif
 
-/// Registers `hook` for `stage` at static initialisation: `inline const fork_hook_registration x NUMAPLACE_EARLY_INIT{...};`.
+/// Registers `hook` for `stage` at static initialisation: `inline const fork_hook_registration x
+/// NUMAPLACE_EARLY_INIT{...};` inside `#if NUMAPLACE_DEFINITIONS` (compiled once, in libnumaplace, when
+/// separately compiled).
 struct fork_hook_registration {
     fork_hook_registration(fork_stage stage, fork_hook hook) noexcept {
         fork_hooks[static_cast<unsigned>(stage)] = hook;

@@ -7,7 +7,6 @@
 /// routed_mapping.hpp, compiled into libnumaplace for the library's placements in the separately
 /// compiled mode). Used by allocator.hpp and pmr.hpp; the heap below knows no placement.
 
-#include "../memory.hpp"
 #include "../placement.hpp"
 #include "config.hpp"
 #include "heap/heap_index.hpp"
@@ -16,7 +15,6 @@
 #include "linux.hpp"
 
 #include <cstddef>
-#include <cstdint>
 #include <type_traits>
 
 namespace numaplace {

@@ -30,7 +30,10 @@ inline void node_arenas_forked_child() noexcept {
     if (arenas || tbb_used.load(std::memory_order_relaxed)) tbb_lost.store(true, std::memory_order_relaxed);
     tbb_lost_reported.store(false, std::memory_order_relaxed);
 }
-inline const fork_hook_registration node_arenas_fork_hook{fork_stage::arenas, fork_hook{nullptr, nullptr, &node_arenas_forked_child}};
+#if NUMAPLACE_DEFINITIONS
+inline const fork_hook_registration node_arenas_fork_hook NUMAPLACE_EARLY_INIT{fork_stage::arenas,
+                                                                              fork_hook{nullptr, nullptr, &node_arenas_forked_child}};
+#endif
 
 /// \returns true in a process forked from one that ran work through oneTBB: numaplace's loops then run
 /// every block in the calling thread, one after the other, without calling oneTBB; `degradations()`

@@ -6,7 +6,6 @@
 /// probing the kernel. Included by topology.hpp in header-only mode, compiled into libnumaplace in the
 /// separately compiled mode (detail/config.hpp).
 
-#include "../diagnostics.hpp"
 #include "../error.hpp"
 #include "../topology.hpp"
 #include "hwloc.hpp"

@@ -36,11 +36,25 @@ inline void load_topology(hwloc_topology_t t) {
     if (hwloc_topology_load(t) != 0) throw_invalid("hwloc could not load the topology");
 }
 
+/// \returns 0 when the calling thread's CPU affinity can be read, with a set as large as it takes (up to
+/// 2^20 CPUs), else the errno of the last attempt (EINVAL: no size up to that was accepted).
+inline int os_affinity_readable() noexcept {
+    for (int cpus = 1024; cpus <= (1 << 20); cpus *= 2) {
+        cpu_set_t* set = CPU_ALLOC(cpus);
+        if (set == nullptr) return ENOMEM;
+        const std::size_t bytes = CPU_ALLOC_SIZE(cpus);
+        const int err = ::sched_getaffinity(0, bytes, set) == 0 ? 0 : errno;
+        CPU_FREE(set);
+        if (err != EINVAL || cpus == (1 << 20)) return err;
+    }
+    return EINVAL;
+}
+
 // A topology that cannot be read is never fatal and never silent: each case below loads what hwloc
 // can give and records a degradation starting "topology: " that says why (numaplace-info shows it).
 // At the descriptor limit nothing can be read (hwloc keeps a few files open while it reads /sys): it
-// would give one node without memory, kept for the rest of the process. A std::system_error instead,
-// and topology::get() tries again at its next call.
+// would give one node without memory, kept for the rest of the process; where the affinity is refused,
+// hwloc would never return. A std::system_error instead, and topology::get() tries again at its next call.
 inline hwloc_topology_ptr load_system_topology() {
     if (const int err = os_descriptors_free(4))
         throw std::system_error(err, std::generic_category(),
@@ -96,6 +110,14 @@ inline hwloc_topology_ptr load_system_topology() {
 #endif
         }
     }
+    // hwloc's Linux discovery reads the process's affinity, and when that fails retries with a larger set
+    // for ever (hwloc 2.9 takes every failure for a set too small): under a sandbox refusing
+    // sched_getaffinity it never returns. A typed error instead (binding_attack tests).
+    if (!without_linux && std::getenv("HWLOC_XMLFILE") == nullptr && std::getenv("HWLOC_SYNTHETIC") == nullptr)
+        if (const int err = os_affinity_readable(); err != 0 && err != EINVAL)
+            throw std::system_error(err, std::generic_category(),
+                                    "numaplace: cannot read the topology: the process's CPU affinity is refused "
+                                    "(sched_getaffinity; a seccomp profile?), which hwloc would retry for ever");
     if (hwloc_topology_load(t.get()) != 0) {
         // hwloc refused what it was told to read (HWLOC_XMLFILE naming an XML it cannot use, e.g. one
         // without a NUMA node): one node with this process's CPU count is assumed, not this system's

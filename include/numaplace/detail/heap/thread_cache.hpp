@@ -5,7 +5,8 @@
 /// Each thread's cache of heap blocks (bounded per slot, 1..4 MiB in all by the number of threads, 1 MiB
 /// of page runs, given back at a large request), and the out-of-line allocate and deallocate that go
 /// through it to the heaps; other threads flush it only as cache_ownership allows. Design: docs/heap.md.
-/// The fast paths (try_pop, try_push) are defined here, inlined into the allocators; the rest in
+/// The fast paths (try_pop, try_push, and the page runs' try_push_run and counted) are defined here,
+/// inlined into the allocators; the rest in
 /// thread_cache_impl.hpp (compiled into libnumaplace in the separately compiled mode).
 
 #include "../config.hpp"

@@ -229,17 +229,13 @@ NUMAPLACE_NOINLINE NUMAPLACE_DECL void thread_cache::tick() noexcept {
 /// others' would keep every later budget at a share of the parent's threads).
 inline const fork_hook_registration thread_caches_fork_hook NUMAPLACE_EARLY_INIT{fork_stage::thread_caches, fork_hook{&cache_ownership::fork_prepare, &cache_ownership::fork_parent, &thread_cache::forked_child}};
 
-/// \returns a block of slot `slot` from heap `heap` (see heap_index, heap_slot), through this thread's
-/// cache, or centrally once the cache is gone (thread or process exit).
-/// \throws placement_error, std::bad_alloc. \notes out of line: the allocators inline only the fast
-/// path, thread_cache::try_pop.
+// heap_allocate and heap_deallocate: documented where thread_cache.hpp declares them.
 NUMAPLACE_NOINLINE NUMAPLACE_DECL void* heap_allocate(std::size_t heap, std::size_t slot) {
     if (thread_cache* tc = thread_cache::get()) return tc->allocate(heap, slot);
     heap_block* b = nullptr;
     heap_registry::instance().at(heap).take(slot, 1, b);
     return b;
 }
-/// \effects gives a block of slot `slot` back to heap `heap`. Never allocates.
 NUMAPLACE_NOINLINE NUMAPLACE_DECL void heap_deallocate(std::size_t heap, std::size_t slot, void* p) noexcept {
     thread_cache* tc = thread_cache::current();
     if (tc && tc->deallocate(heap, slot, p)) return;
