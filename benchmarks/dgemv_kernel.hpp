@@ -15,21 +15,17 @@
 //     loop GCC vectorises that at -O2 (the 4-iteration loops are unrolled, basic-block SLP turns them into
 //     vectors) and at -O3 (the loop vectorizer takes the 8 sums as one SLP reduction group over contiguous
 //     loads): 2-wide with the x86-64 baseline, 4-wide FMA with -march=native.
-//  2. Four rows in flight. One core reading one sequential stream does not reach the read bandwidth here
-//     (a single-stream sum reads ~20% slower than four interleaved streams). dgemv_rows therefore takes
-//     four rows at a time and walks them chunk_columns columns at a time: chunk 0 of rows i..i+3, chunk 1
-//     of rows i..i+3, ... x comes from L1 for all four rows. Four rows x 8 lanes also give 16 (SSE2) or
-//     8 (AVX) independent add chains, enough to hide the add latency. With AVX they take 8 of the 16
-//     registers of an AVX2-only machine; with SSE2 they need all 16 and a few spill to L1 (measured
-//     harmless); 16 lanes per row measured 3-10% slower at -O2 and with SSE2. read_sum, the probe,
-//     reads four streams the same way, so "fraction of the read limit" compares like with like.
-//  3. Interleaved by chunks, one row per loop. A loop whose body updates the accumulators of several rows
-//     is vectorised by GCC 12 at -O3 as an in-order reduction across iterations with transposing shuffles,
-//     slower than the naive loop. So each chunk of each row is its own loop (madd_chunk), and the four
-//     calls share nothing but x. madd_chunk works on the caller's arrays by reference and is small enough
-//     to be inlined at -O2 as well, so the partial sums stay in registers across chunks. Short chunks
-//     (16 columns, two trips of the loop) keep the four streams close together; a one-trip chunk would
-//     turn back into the element-by-element interleave of the -O3 trap.
+//  2. Four rows in flight. One core reading one sequential stream does not reach the read bandwidth
+//     everywhere, so dgemv_rows takes four rows at a time and walks them chunk_columns columns at a
+//     time: chunk 0 of rows i..i+3, chunk 1 of rows i..i+3, ... x comes from L1 for all four rows.
+//  3. The accumulators of the four rows are one array, c[4][2][4], updated by one loop over the rows
+//     whose body is a chunk of one row (madd_chunk): GCC keeps each row's 8 lanes in one vector register
+//     across chunks. Four separate arrays (the kernel before 2026-12-07) made GCC 12 -O3 -march=native
+//     move every lane into a scalar register at each chunk's end: 0.87x the read limit instead of 1.0x.
+//     A loop whose body updates several rows' lanes at once is vectorised by GCC 12 at -O3 as an
+//     in-order reduction across iterations, slower than the naive loop, so each chunk of each row stays
+//     its own loop. Chunks of 48 columns (six trips): 32 and 64 measured 2-5% slower.
+//  The measurements behind each point: docs/performance.md ("The kernel at the read limit").
 //
 // Reduction order (the only difference from the naive loop, which adds j = 0, 1, ..., n-1 in order):
 //   * Let m = n - n % 8. Lane l in [0, 8) sums A[i][j] * x[j] for j = l, l+8, l+16, ... < m, in
@@ -65,8 +61,10 @@ namespace detail {
 /// Independent partial sums per row (and per stream in read_sum): two groups of four lanes,
 /// lane 4k + l being c[k][l].
 inline constexpr std::size_t lanes = 8;
-/// Columns per chunk in dgemv_rows (a multiple of `lanes`, at least two of them: see the top of the file).
-inline constexpr std::size_t chunk_columns = 16;
+/// Rows dgemv_rows reads together, and columns per chunk of each (a multiple of `lanes`, at least two of
+/// them): see the top of the file and docs/performance.md for how they were chosen.
+inline constexpr std::size_t rows_in_flight = 4;
+inline constexpr std::size_t chunk_columns = 48;
 /// read_sum reads blocks of four consecutive segments of `probe_segment` doubles (64 KiB each), the four
 /// segments interleaved by chunks of `probe_chunk` doubles.
 inline constexpr std::size_t probe_segment = 8192;
@@ -130,32 +128,24 @@ inline double dgemv_row(const double* a, const double* x, std::size_t n) noexcep
     return add_tail(combine(c), a, x, m, n);
 }
 
-/// \effects y[r] = row r of the four rows starting at a0 (row stride lda) times x, r in [0, 4);
-/// the four rows are read together, C columns at a time.
-template <std::size_t C = chunk_columns>
-inline void dgemv_block4(const double* a0, std::size_t lda, const double* x, double* y,
-                         std::size_t n) noexcept {
+/// \effects y[r] = row r of the R rows starting at a (row stride lda) times x, r in [0, R);
+/// the R rows are read together, C columns at a time.
+template <std::size_t R, std::size_t C>
+inline void dgemv_block(const double* a, std::size_t lda, const double* x, double* y, std::size_t n) noexcept {
+    static_assert(R != 0, "at least one row");
     static_assert(C != 0 && C % lanes == 0, "chunks are whole lane groups");
     static_assert(C >= 2 * lanes, "a one-trip chunk turns into the element interleave GCC -O3 mishandles");
     const std::size_t m = n - n % lanes;
-    const double* a1 = a0 + lda;
-    const double* a2 = a1 + lda;
-    const double* a3 = a2 + lda;
-    double c0[2][4] = {};
-    double c1[2][4] = {};
-    double c2[2][4] = {};
-    double c3[2][4] = {};
+    double c[R][2][4] = {};
     for (std::size_t b = 0; b < m; b += C) {
         const std::size_t len = m - b < C ? m - b : C;
-        madd_chunk(c0, a0 + b, x + b, len);
-        madd_chunk(c1, a1 + b, x + b, len);
-        madd_chunk(c2, a2 + b, x + b, len);
-        madd_chunk(c3, a3 + b, x + b, len);
+        for (std::size_t r = 0; r != R; ++r) {
+            madd_chunk(c[r], a + r * lda + b, x + b, len);
+        }
     }
-    y[0] = add_tail(combine(c0), a0, x, m, n);
-    y[1] = add_tail(combine(c1), a1, x, m, n);
-    y[2] = add_tail(combine(c2), a2, x, m, n);
-    y[3] = add_tail(combine(c3), a3, x, m, n);
+    for (std::size_t r = 0; r != R; ++r) {
+        y[r] = add_tail(combine(c[r]), a + r * lda, x, m, n);
+    }
 }
 
 /// dgemv_rows with another chunk length (for tuning; dgemv_rows uses chunk_columns).
@@ -163,8 +153,8 @@ template <std::size_t C>
 inline void dgemv_rows_chunked(const double* A, std::size_t lda, const double* x, double* y,
                                std::size_t row_begin, std::size_t row_end, std::size_t n) noexcept {
     std::size_t i = row_begin;
-    for (; i < row_end && row_end - i >= 4; i += 4) {
-        dgemv_block4<C>(A + i * lda, lda, x, y + i, n);
+    for (; i < row_end && row_end - i >= rows_in_flight; i += rows_in_flight) {
+        dgemv_block<rows_in_flight, C>(A + i * lda, lda, x, y + i, n);
     }
     for (; i < row_end; ++i) {
         y[i] = dgemv_row(A + i * lda, x, n);

@@ -12,7 +12,9 @@ If any name contains "dgemv", other benchmarks in the file are ignored (the read
 Used counters: `speedup`, `fraction_of_limit` and, when `fraction_of_limit` is missing, `GBps` divided by
 the GBps of the row's read limit at the same thread count: read_limit (probes on small pages) for every
 row but partitioned_hugepage, whose limit is read_limit_hugepage (the same probes on its MADV_HUGEPAGE
-matrix: huge pages read faster, so a small-page limit is no limit for them). Aggregates (mean/median/stddev of repetitions): the median
+matrix: huge pages read faster, so a small-page limit is no limit for them), and partitioned_explicit_2m,
+whose limit is read_limit_explicit_2m (the probes on its explicit 2 MiB pages). A probe's strategy is the
+whole word after the limit's name, up to the `/` (`sum4_prefetch1k`, not `sum4`). Aggregates (mean/median/stddev of repetitions): the median
 is used when present, else the plain iterations are averaged.
 
 Writes one PNG with two panels: speedup vs threads per placement, fraction of the read limit vs threads.
@@ -23,12 +25,12 @@ import sys
 from collections import defaultdict
 
 # Longest first so that e.g. "parallel_init" is not mistaken for something shorter.
-PLACEMENTS = ["read_limit_hugepage", "partitioned_hugepage", "parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
-ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "partitioned_hugepage", "openblas",
-         "read_limit", "read_limit_hugepage"]
-LIMITS = ("read_limit", "read_limit_hugepage")
+PLACEMENTS = ["read_limit_explicit_2m", "partitioned_explicit_2m", "read_limit_hugepage", "partitioned_hugepage", "parallel_init", "serial_init", "partitioned", "interleaved", "read_limit", "openblas", "node0"]
+ORDER = ["serial_init", "parallel_init", "interleaved", "node0", "partitioned", "partitioned_hugepage",
+         "partitioned_explicit_2m", "openblas", "read_limit", "read_limit_hugepage", "read_limit_explicit_2m"]
+LIMITS = ("read_limit", "read_limit_hugepage", "read_limit_explicit_2m")
 # The limit each row is held against: the probes on the same kind of pages.
-LIMIT_OF = {"partitioned_hugepage": "read_limit_hugepage"}
+LIMIT_OF = {"partitioned_hugepage": "read_limit_hugepage", "partitioned_explicit_2m": "read_limit_explicit_2m"}
 
 
 def limit_of(place):
@@ -45,6 +47,8 @@ STYLE = {
     "openblas": dict(marker="x", linestyle="--"),
     "read_limit": dict(marker="+", linestyle=":", color="black"),
     "read_limit_hugepage": dict(marker="1", linestyle=":", color="grey"),
+    "partitioned_explicit_2m": dict(marker="P", linestyle="-."),
+    "read_limit_explicit_2m": dict(marker="2", linestyle=":", color="silver"),
 }
 
 
@@ -88,8 +92,8 @@ def number(bench, key):
 def collect(benchmarks):
     """{placement: {threads: {counter: value}}}, preferring median aggregates over iterations.
 
-    Read-limit probes (`BM_Dgemv_read_limit_<strategy>`, `BM_Dgemv_read_limit_hugepage_<strategy>`) are
-    merged into "read_limit" and "read_limit_hugepage": per thread count the best strategy's median GBps (its name in "strategy", its cv in "cv"). "cv" is the coefficient of
+    Read-limit probes (`BM_Dgemv_read_limit_<strategy>`, `BM_Dgemv_read_limit_hugepage_<strategy>`,
+    `BM_Dgemv_read_limit_explicit_2m_<strategy>`) are merged into the limit of their kind (LIMITS): per thread count the best strategy's median GBps (its name in "strategy", its cv in "cv"). "cv" is the coefficient of
     variation of GBps over the repetitions (Google Benchmark's cv aggregate). "speedup" and
     "fraction_of_limit" are computed here from the medians of the whole run when the benchmark did not
     report them (with random interleaving the 1-thread run and the limit may come later)."""
@@ -109,7 +113,8 @@ def collect(benchmarks):
         if place is None or threads is None:
             continue
         if place in LIMITS:
-            m = re.search(place + r"_([A-Za-z0-9]+)", name)
+            # The whole strategy name, up to the "/threads:" part: "sum4_prefetch1k" is not "sum4".
+            m = re.search(place + r"_([A-Za-z0-9_]+?)(?:/|$)", name)
             place = place + ":" + (m.group(1) if m else "")
         kind = b.get("run_type", "iteration")
         agg = b.get("aggregate_name")

@@ -106,27 +106,36 @@ def only_json(directory):
         return os.path.basename(paths[0]), json.load(f)
 
 
+# The memory kinds of the DGEMV table: the partitioned kernel's row and the limit it is held against.
+DGEMV_KINDS = (("small pages", "partitioned"), ("THP (MADV_HUGEPAGE)", "partitioned_hugepage"),
+               ("explicit 2 MiB", "partitioned_explicit_2m"))
+
+
 def dgemv(directory):
     name, doc = only_json(directory)
     data = plot_dgemv.collect(doc.get("benchmarks", []))
-    out = ["| threads | read limit (best probe) | partitioned | of limit | OpenBLAS | partitioned / OpenBLAS | "
-           "partitioned + MADV_HUGEPAGE | huge / OpenBLAS |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| threads | pages | read limit (best probe) | partitioned | of limit | partitioned / OpenBLAS |",
+           "|---|---|---|---|---|---|"]
     cv = lambda v: "cv %.1f %%" % (100 * v["cv"]) if "cv" in v else "no cv"  # noqa: E731
+    blas_rows = []
     for t in sorted(data.get("read_limit", {})):
-        lim = data["read_limit"][t]
-        part = data.get("partitioned", {}).get(t)
         blas = data.get("openblas", {}).get(t)
-        huge = data.get("partitioned_hugepage", {}).get(t)
-        if not part or not blas:
-            continue
-        out.append("| %d | %.2f GB/s (%s, %s) | %.2f GB/s (%s) | %.2f | %.2f GB/s (%s) | %.2f | %s | %s |" % (
-            t, lim["GBps"], lim.get("strategy", "?"), cv(lim), part["GBps"], cv(part), part["GBps"] / lim["GBps"],
-            blas["GBps"], cv(blas), part["GBps"] / blas["GBps"],
-            "%.2f GB/s (%s)" % (huge["GBps"], cv(huge)) if huge else DASH,
-            "%.2f" % (huge["GBps"] / blas["GBps"]) if huge else DASH))
+        for pages, place in DGEMV_KINDS:
+            part = data.get(place, {}).get(t)
+            lim = data.get(plot_dgemv.limit_of(place), {}).get(t)
+            if not part:
+                continue
+            out.append("| %d | %s | %s | %.2f GB/s (%s) | %s | %s |" % (
+                t, pages, "%.2f GB/s (%s, %s)" % (lim["GBps"], lim.get("strategy", "?"), cv(lim)) if lim else DASH,
+                part["GBps"], cv(part), "%.2f" % (part["GBps"] / lim["GBps"]) if lim else DASH,
+                "%.2f" % (part["GBps"] / blas["GBps"]) if blas else DASH))
+        if blas:
+            blas_rows.append("%d thread%s %.2f GB/s (%s)" % (t, "" if t == 1 else "s", blas["GBps"], cv(blas)))
     ctx = doc.get("context", {})
     out.append("")
+    if blas_rows:
+        out.append("OpenBLAS `cblas_dgemv` on the small-page matrix: %s." % ", ".join(blas_rows))
+        out.append("")
     out.append(footer(directory, "`%s`, A = %s, medians of the repetitions" % (name, ctx.get("matrix", "?"))))
     return out
 
