@@ -1,18 +1,21 @@
-"""Conan 2 recipe for numaplace, in ConanCenter's header-only form.
+"""Conan 2 recipe for numaplace, in ConanCenter's header-only form; -o numaplace/*:compiled=True builds
+libnumaplace (the separately compiled mode, -DNUMAPLACE_COMPILED=ON) instead.
 
     conan create . --version 0.1.0 --build=missing    # hwloc and onetbb from a remote (ConanCenter)
     packaging/test-conan.sh                           # offline: the system's hwloc/oneTBB, a local archive
 
-The package holds the headers and the license only: no CMake config files (CMakeDeps generates
-numaplace-config.cmake with the targets numaplace::core and numaplace::numaplace) and no .pc files
-(PkgConfigDeps generates numaplace-core.pc and numaplace.pc). See packaging/README.md.
+The package holds the headers, the license and, with compiled=True, libnumaplace: no CMake config files
+(CMakeDeps generates numaplace-config.cmake with the targets numaplace::core, numaplace::parallel,
+numaplace::numaplace, numaplace::omp and numaplace::compiled) and no .pc files (PkgConfigDeps generates
+them). See packaging/README.md.
 """
 import os
 
 from conan import ConanFile
 from conan.errors import ConanInvalidConfiguration
 from conan.tools.build import check_min_cppstd
-from conan.tools.files import copy, get
+from conan.tools.cmake import CMake, CMakeDeps, CMakeToolchain, cmake_layout
+from conan.tools.files import copy, get, rmdir
 from conan.tools.layout import basic_layout
 
 required_conan_version = ">=2.0"
@@ -25,12 +28,25 @@ class NumaplaceConan(ConanFile):
     url = "https://github.com/conan-io/conan-center-index"
     homepage = "https://github.com/numaplace/numaplace"
     topics = ("numa", "allocator", "hwloc", "tbb", "hpc", "header-only")
-    package_type = "header-library"
+    package_type = "header-library"  # "library" with compiled=True (configure())
     settings = "os", "arch", "compiler", "build_type"
+    # compiled: libnumaplace (numaplace::compiled); shared: libnumaplace.so rather than .a (compiled only;
+    # it is always position-independent, so there is no fPIC option).
+    options = {"compiled": [True, False], "shared": [True, False]}
+    default_options = {"compiled": False, "shared": False}
     no_copy_source = True
 
+    def configure(self):
+        if self.options.compiled:
+            self.package_type = "library"
+        else:
+            self.options.rm_safe("shared")
+
     def layout(self):
-        basic_layout(self, src_folder="src")
+        if self.options.compiled:
+            cmake_layout(self, src_folder="src")
+        else:
+            basic_layout(self, src_folder="src")
 
     def requirements(self):
         # onetbb first: Conan expands requirements in order, so onetbb's own (pinned) hwloc joins the graph
@@ -42,7 +58,8 @@ class NumaplaceConan(ConanFile):
         self.requires("hwloc/[>=2.0 <3]", transitive_headers=True)
 
     def package_id(self):
-        self.info.clear()
+        if not self.info.options.compiled:
+            self.info.clear()
 
     def validate(self):
         # mbind, move_pages, sched_getcpu, /proc and /sys: Linux only.
@@ -54,12 +71,40 @@ class NumaplaceConan(ConanFile):
     def source(self):
         get(self, **self.conan_data["sources"][self.version], strip_root=True)
 
+    @property
+    def _cmake_variables(self):
+        return {
+            "NUMAPLACE_COMPILED": True,
+            "NUMAPLACE_PARALLEL": "ON",  # onetbb is a requirement: the arenas go into libnumaplace
+            "NUMAPLACE_BUILD_TESTS": False,
+            "NUMAPLACE_BUILD_EXAMPLES": False,
+            "NUMAPLACE_BUILD_BENCHMARKS": False,
+            "NUMAPLACE_INSTALL": True,
+        }
+
+    def generate(self):
+        if not self.options.compiled:
+            return  # header-only: nothing to configure
+        tc = CMakeToolchain(self)
+        tc.cache_variables.update(self._cmake_variables)
+        tc.generate()
+        CMakeDeps(self).generate()
+
     def build(self):
-        pass  # header-only
+        if self.options.compiled:
+            cmake = CMake(self)
+            cmake.configure()
+            cmake.build()
 
     def package(self):
         copy(self, "LICENSE", self.source_folder, os.path.join(self.package_folder, "licenses"))
-        copy(self, "*.hpp", os.path.join(self.source_folder, "include"), os.path.join(self.package_folder, "include"))
+        if self.options.compiled:
+            CMake(self).install()
+            # share/: CMake config and .pc files, which CMakeDeps and PkgConfigDeps make instead.
+            rmdir(self, os.path.join(self.package_folder, "share"))
+        else:
+            copy(self, "*.hpp", os.path.join(self.source_folder, "include"),
+                 os.path.join(self.package_folder, "include"))
         # Only for hwloc/onetbb as [platform_requires], for which CMakeDeps generates nothing (see the file).
         copy(self, "numaplace-platform-deps.cmake", os.path.join(self.source_folder, "packaging", "conan"),
              os.path.join(self.package_folder, self._module_dir))
@@ -96,13 +141,31 @@ class NumaplaceConan(ConanFile):
         core.set_property("pkg_config_name", "numaplace-core")
         core.requires = self._requires("hwloc", "hwloc")
         core.system_libs = ["pthread"]
-        # numaplace::numaplace: everything (parallel_for.hpp on oneTBB).
+        # numaplace::parallel: core + arenas.hpp, parallel_for.hpp, replicated.hpp, numaplace.hpp on oneTBB.
+        parallel = self.cpp_info.components["parallel"]
+        parallel.bindirs = []
+        parallel.libdirs = []
+        parallel.set_property("cmake_target_name", "numaplace::parallel")
+        parallel.set_property("pkg_config_name", "numaplace-parallel")
+        parallel.requires = ["core"] + self._requires("onetbb", "libtbb")
+        # numaplace::numaplace, the umbrella: core + parallel, and compiled with compiled=True.
         everything = self.cpp_info.components["numaplace"]
         everything.bindirs = []
         everything.libdirs = []
         everything.set_property("cmake_target_name", "numaplace::numaplace")
         everything.set_property("pkg_config_name", "numaplace")
-        everything.requires = ["core"] + self._requires("onetbb", "libtbb")
+        everything.requires = ["core", "parallel"]
+        if self.options.compiled:
+            # numaplace::compiled: libnumaplace, with the oneTBB part (so it requires parallel: oneTBB after
+            # the library on the link line); its users' TUs declare the heavy functions, not compile them.
+            compiled = self.cpp_info.components["compiled"]
+            compiled.set_property("cmake_target_name", "numaplace::compiled")
+            compiled.set_property("pkg_config_name", "numaplace-compiled")
+            compiled.bindirs = []
+            compiled.libs = ["numaplace"]
+            compiled.defines = ["NUMAPLACE_SEPARATE_COMPILATION"]
+            compiled.requires = ["core", "parallel"]
+            everything.requires.append("compiled")
         # numaplace::omp: omp.hpp, core and the compiler's OpenMP (GCC's and Clang's -fopenmp; Conan has no
         # OpenMP package: the runtime is the compiler's, libgomp or libomp).
         omp = self.cpp_info.components["omp"]

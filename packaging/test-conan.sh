@@ -7,7 +7,9 @@
 #   2. `conan create` as ConanCenter would run it: source() fetches a release archive (here: the checkout
 #      packed into a tar.gz, named in a conandata.yml copy by file:// URL and sha256), against the system's
 #      hwloc and oneTBB ([platform_requires], packaging/conan/system.profile), then builds and runs
-#      test_package/ (numaplace::numaplace and numaplace::core without OpenMP flags, numaplace::omp with them).
+#      test_package/ (numaplace::numaplace and numaplace::core without OpenMP flags, numaplace::omp with them);
+#      then again with -o numaplace/*:compiled=True: libnumaplace built by CMake (-DNUMAPLACE_COMPILED=ON), and
+#      test_package's numaplace::compiled program on it.
 # Exits 0 on success.
 #   packaging/test-conan.sh
 # Needs python3 (with venv), cmake, a C++17 compiler, pkg-config, libhwloc-dev and libtbb-dev (scripts/deps).
@@ -65,7 +67,7 @@ PY
 # 2. conan create from a release archive, against the system's hwloc and oneTBB.
 mkdir -p "$work/recipe" "$work/archive"
 tar -C "$root" --transform "s,^,numaplace-$version/," -czf "$work/archive/numaplace-$version.tar.gz" \
-  CMakeLists.txt LICENSE README.md include cmake packaging/conan
+  CMakeLists.txt LICENSE README.md include src cmake packaging/conan
 sha=$(sha256sum "$work/archive/numaplace-$version.tar.gz" | cut -d' ' -f1)
 cp "$root/conanfile.py" "$work/recipe/"
 cp -r "$root/test_package" "$work/recipe/"
@@ -83,16 +85,27 @@ if ! grep -qx "hwloc/$hwloc_v" "$profile" || ! grep -qx "onetbb/$tbb_v" "$profil
   echo "test-conan: system has hwloc $hwloc_v and oneTBB $tbb_v; using a profile with those versions"
 fi
 "$conan" create "$work/recipe" --version "$version" -pr:a "$profile" --build=missing --no-remote
-# ConanCenter's rule for header-only packages: no CMake config files, no Find modules of our own at the
-# top, no .pc files in the package.
-pkg=$("$conan" list "numaplace/$version:*" --format=json | python3 -c '
+"$conan" create "$work/recipe" --version "$version" -pr:a "$profile" --build=missing --no-remote \
+  -o "numaplace/*:compiled=True"
+# ConanCenter's rule: no CMake config files, no Find modules of our own at the top, no .pc files in the
+# package; the header-only package has no library, the compiled one has libnumaplace.
+packages=$("$conan" list "numaplace/$version:*" --format=json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)["Local Cache"]
 for ref in d.values():
     for rev in ref["revisions"].values():
-        for pid in rev["packages"]: print(pid)' | head -1)
-folder=$("$conan" cache path "numaplace/$version:$pkg")
-if find "$folder" \( -name '*Config.cmake' -o -name '*-config.cmake' -o -name '*.pc' \) | grep .; then
-  echo "test-conan: the package ships CMake config or .pc files" >&2; exit 1
-fi
+        for pid, pkg in rev["packages"].items():
+            print(pid, pkg["info"].get("options", {}).get("compiled", "False"))')
+[ "$(wc -l <<<"$packages")" -eq 2 ] || { echo "test-conan: expected 2 packages, got: $packages" >&2; exit 1; }
+while read -r pkg compiled; do
+  folder=$("$conan" cache path "numaplace/$version:$pkg")
+  if find "$folder" \( -name '*Config.cmake' -o -name '*-config.cmake' -o -name '*.pc' \) | grep .; then
+    echo "test-conan: the package ships CMake config or .pc files" >&2; exit 1
+  fi
+  libs=$(cd "$folder" && find . -name 'libnumaplace*' | sort | tr '\n' ' ')
+  case "$compiled:$libs" in
+    False:|True:"./lib/libnumaplace.a ") echo "test-conan: package compiled=$compiled: ${libs:-no library}" ;;
+    *) echo "test-conan: package compiled=$compiled has libraries: ${libs:-none}" >&2; exit 1 ;;
+  esac
+done <<<"$packages"
 echo "test-conan: OK in $(( $(date +%s) - start )) s"

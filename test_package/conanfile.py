@@ -20,8 +20,8 @@ class TestPackageConan(ConanFile):
         tc = CMakeToolchain(self)
         tc.user_presets_path = False  # no CMakeUserPresets.json in the source tree
         tc.generate()
-        # numaplace-config.cmake (targets numaplace::core and numaplace::numaplace). With hwloc/onetbb from
-        # [platform_requires] it neither finds nor links them; numaplace's build module does.
+        # numaplace-config.cmake (targets numaplace::core, numaplace::parallel, numaplace::numaplace, ...). With
+        # hwloc/onetbb from [platform_requires] it neither finds nor links them; numaplace's build module does.
         CMakeDeps(self).generate()
 
     def build(self):
@@ -31,5 +31,8 @@ class TestPackageConan(ConanFile):
 
     def test(self):
         if can_run(self):
-            for program in ("test_package", "test_package_core", "test_package_omp"):
+            programs = ["test_package", "test_package_core", "test_package_omp"]
+            if self.dependencies[self.tested_reference_str].options.compiled:
+                programs.append("test_package_compiled")
+            for program in programs:
                 self.run(os.path.join(self.cpp.build.bindir, program), env="conanrun")

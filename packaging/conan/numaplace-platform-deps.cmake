@@ -2,13 +2,13 @@
 # Conan's CMakeDeps generates for a consumer.
 #
 # hwloc and oneTBB as Conan packages: CMakeDeps has already found them and linked numaplace::core to
-# hwloc::hwloc and numaplace::numaplace to TBB::tbb. Nothing to do here.
+# hwloc::hwloc and numaplace::parallel to TBB::tbb. Nothing to do here.
 #
 # hwloc and oneTBB from the system ([platform_requires] in the profile, e.g. packaging/conan/system.profile):
 # CMakeDeps generates no files for them and leaves them out of the targets' link interfaces, so we find
 # them here: hwloc through numaplace's hwloc search (hwloc/Findhwloc.cmake beside this file: pkg-config,
 # then a plain header/library search), oneTBB through the system's TBBConfig.cmake (optional: only
-# numaplace::numaplace needs it).
+# numaplace::parallel needs it, and numaplace::compiled, which requires it).
 if(NOT TARGET hwloc::hwloc)
     list(PREPEND CMAKE_MODULE_PATH "${CMAKE_CURRENT_LIST_DIR}/hwloc")
     find_package(hwloc 2.0 REQUIRED)
@@ -18,6 +18,6 @@ endif()
 if(NOT TARGET TBB::tbb)
     find_package(TBB QUIET)
     if(TARGET TBB::tbb)
-        target_link_libraries(numaplace::numaplace INTERFACE TBB::tbb)
+        target_link_libraries(numaplace::parallel INTERFACE TBB::tbb)
     endif()
 endif()

@@ -1,4 +1,5 @@
-# Spack recipe for numaplace (header-only), for Spack 1.x (package API v2: spack_repo.builtin.build_systems).
+# Spack recipe for numaplace (header-only; +compiled builds libnumaplace, the separately compiled mode), for
+# Spack 1.x (package API v2: spack_repo.builtin.build_systems).
 # To use it from a checkout, in a repository of your own (`spack repo create DIR NAMESPACE` makes
 # DIR/spack_repo/NAMESPACE/ with an empty packages/):
 #   spack repo create ~/spack-numaplace numaplace
@@ -38,6 +39,8 @@ class Numaplace(CMakePackage):
 
     variant("parallel", default=True, description="numaplace::numaplace: parallel_for.hpp on oneTBB")
     variant("tools", default=False, when="+parallel", description="Install the numaplace-info program")
+    variant("compiled", default=False,
+            description="Build libnumaplace: numaplace::compiled, the separately compiled mode")
 
     depends_on("cxx", type="build")
     depends_on("cmake@3.21:", type="build")
@@ -60,6 +63,8 @@ class Numaplace(CMakePackage):
             # numaplaceConfig.cmake tells find_package(numaplace) without COMPONENTS core so.
             self.define_from_variant("NUMAPLACE_PARALLEL", "parallel"),
             self.define_from_variant("NUMAPLACE_INSTALL_TOOLS", "tools"),
+            # ON: libnumaplace (static; with +parallel the arenas too) and numaplace-compiled.pc.
+            self.define_from_variant("NUMAPLACE_COMPILED", "compiled"),
             # Spack's convention: --test=root (or all) builds the tests, check() below runs them.
             self.define("NUMAPLACE_BUILD_TESTS", self.run_tests),
             self.define("NUMAPLACE_BUILD_EXAMPLES", False),
@@ -69,6 +74,8 @@ class Numaplace(CMakePackage):
         if self.run_tests:
             # The QEMU guests are never started from a Spack build; the option belongs to the tests.
             args.append(self.define("NUMAPLACE_GUEST_TESTS", False))
+            # +compiled: the unit tests built against the libnumaplace being installed.
+            args.append(self.define_from_variant("NUMAPLACE_TEST_COMPILED", "compiled"))
         return args
 
     def check(self):

@@ -1,4 +1,5 @@
-# vcpkg port for numaplace (header-only; the feature "tools" builds one program, numaplace-info).
+# vcpkg port for numaplace (header-only; the feature "compiled" builds libnumaplace, the separately compiled
+# mode, and "tools" one program, numaplace-info).
 #
 # Where the sources come from (packaging/README.md, "vcpkg"):
 # - overlay port in a numaplace checkout (cmake/vcpkg/numaplace, three levels under the checkout): builds that
@@ -35,16 +36,21 @@ if(NOT EXISTS "${SOURCE_PATH}/include/numaplace/numaplace.hpp")
     message(FATAL_ERROR "numaplace sources not found at '${SOURCE_PATH}' (set NUMAPLACE_SOURCE_DIR)")
 endif()
 
-# One configuration is enough: the headers are the same, and the one program (numaplace-info) is a tool.
-set(VCPKG_BUILD_TYPE release)
+# Header-only, one configuration is enough: the headers are the same, and the one program (numaplace-info)
+# is a tool. libnumaplace (feature compiled) is built in both, as other libraries' ports are.
+if(NOT "compiled" IN_LIST FEATURES)
+    set(VCPKG_BUILD_TYPE release)
+endif()
 
 # parallel -> -DNUMAPLACE_PARALLEL=ON: oneTBB is required, configuring fails without it (numaplace[core], the
 # feature off, installs numaplace::core only and its numaplaceConfig.cmake says so to find_package).
 # tools -> -DNUMAPLACE_INSTALL_TOOLS=ON: builds and installs numaplace-info (needs parallel; vcpkg.json).
+# compiled -> -DNUMAPLACE_COMPILED=ON: libnumaplace (static or shared as the triplet says), numaplace::compiled.
 vcpkg_check_features(OUT_FEATURE_OPTIONS feature_options
     FEATURES
         parallel NUMAPLACE_PARALLEL
         tools    NUMAPLACE_INSTALL_TOOLS
+        compiled NUMAPLACE_COMPILED
 )
 
 vcpkg_cmake_configure(
@@ -64,15 +70,20 @@ vcpkg_cmake_install()
 # uses to find hwloc) to ${CMAKE_INSTALL_DATADIR}/cmake/numaplace; vcpkg wants them in share/numaplace.
 vcpkg_cmake_config_fixup(CONFIG_PATH share/cmake/numaplace)
 
-# lib/pkgconfig/numaplace-core.pc, and numaplace.pc with the feature parallel. They are already relocatable
-# (prefix=${pcfiledir}/../..); this checks that pkg-config resolves them against the installed hwloc and tbb.
+# lib/pkgconfig/numaplace-core.pc, numaplace.pc with the feature parallel, numaplace-compiled.pc with compiled
+# (and debug/lib/pkgconfig's). They are already relocatable (prefix=${pcfiledir}/../..); this checks that
+# pkg-config resolves them against the installed hwloc and tbb.
 vcpkg_fixup_pkgconfig()
 
 if("tools" IN_LIST FEATURES)
     vcpkg_copy_tools(TOOL_NAMES numaplace-info AUTO_CLEAN) # bin/numaplace-info -> tools/numaplace/
 endif()
 
-file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug")  # none with VCPKG_BUILD_TYPE release; never wanted
+if("compiled" IN_LIST FEATURES)
+    file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug/include" "${CURRENT_PACKAGES_DIR}/debug/share")
+else()
+    file(REMOVE_RECURSE "${CURRENT_PACKAGES_DIR}/debug")  # none with VCPKG_BUILD_TYPE release; never wanted
+endif()
 
 file(INSTALL "${CMAKE_CURRENT_LIST_DIR}/usage" DESTINATION "${CURRENT_PACKAGES_DIR}/share/${PORT}")
 vcpkg_install_copyright(FILE_LIST "${SOURCE_PATH}/LICENSE")
