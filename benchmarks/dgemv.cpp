@@ -6,8 +6,9 @@
 // random order (--benchmark_enable_random_interleaving, on by default here), so slow phases of a shared
 // machine hit every kernel alike; Google Benchmark then reports mean, median, stddev and cv (coefficient
 // of variation) per benchmark. The read limit is the best, per thread count, of several read
-// strategies measured in the same run (1/2/4/8 interleaved streams, integer XOR, software prefetch, AVX2
-// where compiled in; dgemv_kernel.hpp, namespace probe), so no kernel should beat it. Ratios need the
+// strategies measured in the same run (1/2/4/8 interleaved streams, integer XOR, software prefetch,
+// rows read 2/4/8 at a time as the kernel reads them, AVX2 where compiled in; dgemv_kernel.hpp,
+// namespace probe), so no kernel should beat it. Ratios need the
 // whole run: `plot_dgemv.py --summary results.json` prints each row / its limit / OpenBLAS with their cv.
 //
 // Two limits, one per kind of memory (huge pages read faster: fewer TLB misses), each row held against

@@ -114,10 +114,10 @@ public:
     }
     /// \returns all of A read in parallel the same way by `read` (a probe::strategies() entry), each
     /// subrange of rows at a time, as the kernel reads them.
-    double read_all(double (*read)(const double*, std::size_t) noexcept) const {
+    double read_all(double (*read)(const double*, std::size_t, std::size_t) noexcept) const {
         const double* a = a_.data();
         const std::size_t n = n_;
-        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read(a + r.begin() * n, r.size() * n); },
+        return parallel_reduce(rows_, 0.0, [=](subrange r, double s) { return s + read(a + r.begin() * n, r.size() * n, n); },
                                [](double p, double q) { return p + q; });
     }
     /// \returns true if y matches the naive in-order product on a sample of rows.

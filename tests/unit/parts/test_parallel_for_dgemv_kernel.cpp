@@ -10,6 +10,9 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
 #include <vector>
 
 namespace {
@@ -80,4 +83,27 @@ TEST(dgemv_kernel, rounding_of_general_values_stays_within_the_reordering_bound)
     EXPECT_GE(worst, 0.0);
     y[4] += 1e-6 * std::fabs(y[4]) + 1e-9; // one row off by far more than rounding: the check must see it
     EXPECT_FALSE(dgemv_check(a.data(), cols, x.data(), y.data(), 0, rows, cols));
+}
+
+TEST(dgemv_kernel, every_read_probe_reads_every_element_once) {
+    // The probes' sums of exact values (small integers over 4) against the plain sum: a probe that skipped
+    // or repeated an element would set a read limit on less or more memory than A.
+    for (const shape& s : shapes()) {
+        if (s.cols == 0) continue;
+        std::vector<double> a, x;
+        fill({s.rows, s.cols, s.cols}, a, x);
+        const std::size_t count = s.rows * s.cols;
+        double sum = 0;
+        std::uint64_t bits = 0; // xor1 folds the elements' bits instead
+        for (std::size_t k = 0; k < count; ++k) {
+            sum += a[k];
+            std::uint64_t v;
+            std::memcpy(&v, &a[k], sizeof v);
+            bits ^= v;
+        }
+        for (const auto& probe : numaplace::bench::probe::strategies()) {
+            const double want = std::string(probe.name) == "xor1" ? static_cast<double>(bits) : sum;
+            ASSERT_EQ(probe.read(a.data(), count, s.cols), want) << probe.name << " " << s.rows << "x" << s.cols;
+        }
+    }
 }
