@@ -303,7 +303,7 @@ int run(std::size_t n, int max_threads, int reps, bool expect_locality, bool wit
                     count("vmstat.numa_hint_faults").c_str(), count("vmstat.numa_hint_faults_local").c_str());
     }
     progress("%60s\r", "");
-    std::printf("\nread_limit = the fastest of the read strategies (bench::probe::strategies: streams, unrolling, "
+    std::printf("\nread_limit = the fastest of the read strategies (bench::probe::strategies: streams, rows read as the kernel reads them, unrolling, "
                 "prefetch, vector loads) reading all of A in parallel in this run, best of %d rounds each, interleaved; "
                 "of limit = the placement's GB/s over it at the same thread count (the same memory kind: small pages "
                 "or THP; read_limit_2m for explicit 2 MiB pages).\n", reps);
