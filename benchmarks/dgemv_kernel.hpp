@@ -369,10 +369,13 @@ inline double avx2_streams(const double* p, std::size_t count) noexcept {
 
 /// The sum of `count` doubles at p read as rows of `row` doubles, the way dgemv_rows reads A: R rows at a
 /// time, C columns of each in turn, each row into its own 8 lanes; only the multiply by x is left out.
-/// \requires row != 0 and count % row == 0 (whole rows).
+/// A part after the last whole row (count % row), and everything when row is 0, is read as one stream.
 template <std::size_t R, std::size_t C>
 inline double rows_sum(const double* p, std::size_t count, std::size_t row) noexcept {
     static_assert(R != 0 && C != 0 && C % detail::lanes == 0, "chunks are whole lane groups");
+    if (row == 0) {
+        return sum_streams<1>(p, count);
+    }
     const std::size_t rows = count / row;
     const std::size_t m = row - row % detail::lanes;
     double total = 0.0;

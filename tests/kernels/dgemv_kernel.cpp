@@ -89,10 +89,11 @@ TEST(dgemv_kernel, every_read_probe_reads_every_element_once) {
     // The probes' sums of exact values (small integers over 4) against the plain sum: a probe that skipped
     // or repeated an element would set a read limit on less or more memory than A.
     for (const shape& s : shapes()) {
-        if (s.cols == 0) continue;
         std::vector<double> a, x;
-        fill({s.rows, s.cols, s.cols}, a, x);
-        const std::size_t count = s.rows * s.cols;
+        fill({s.rows, s.cols + 2, s.cols + 2}, a, x);
+        // Whole rows of s.cols, then two more elements: the probes get `row` = s.cols (0 included) and a
+        // count that is not a whole number of rows.
+        const std::size_t count = s.rows * (s.cols + 2);
         double sum = 0;
         std::uint64_t bits = 0; // xor1 folds the elements' bits instead
         for (std::size_t k = 0; k < count; ++k) {

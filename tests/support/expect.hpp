@@ -17,6 +17,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <typeinfo>
 #include <vector>
 
@@ -57,6 +58,20 @@ inline void expect_invalid(const std::function<void()>& f, const std::string& wo
         const std::string msg = e.what();
         EXPECT_EQ(msg.rfind("numaplace: ", 0), 0u) << msg;
         EXPECT_TRUE(contains(msg, word)) << msg;
+    } catch (const std::exception& e) {
+        ADD_FAILURE() << "wrong exception type: " << e.what();
+    }
+}
+
+/// Runs `f`, which must throw std::system_error with errno `err` and a message containing `word`.
+inline void expect_system_error(const std::function<void()>& f, int err, const std::string& word, const char* what) {
+    SCOPED_TRACE(what);
+    try {
+        f();
+        ADD_FAILURE() << "no exception";
+    } catch (const std::system_error& e) {
+        EXPECT_EQ(e.code().value(), err) << e.what();
+        EXPECT_TRUE(contains(e.what(), word)) << e.what();
     } catch (const std::exception& e) {
         ADD_FAILURE() << "wrong exception type: " << e.what();
     }

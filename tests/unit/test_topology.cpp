@@ -35,6 +35,7 @@
 
 using numaplace::topology;
 using numaplace_test::expect_invalid;
+using numaplace_test::expect_system_error;
 using numaplace_test::expect_unknown_node;
 
 namespace {
@@ -387,13 +388,7 @@ TEST(topology, first_read_at_the_descriptor_limit_throws_and_the_next_reads_the_
         ::close(fds.back());
         fds.pop_back();
     }
-    try {
-        (void)topology::get();
-        ADD_FAILURE() << "read at the descriptor limit";
-    } catch (const std::system_error& e) {
-        EXPECT_EQ(e.code().value(), EMFILE) << e.what();
-        EXPECT_NE(std::string(e.what()).find("file descriptors"), std::string::npos) << e.what();
-    }
+    expect_system_error([] { (void)topology::get(); }, EMFILE, "file descriptors", "read at the descriptor limit");
     for (int fd : fds) ::close(fd);
     const topology& t = topology::get();
     std::string got = std::to_string(t.size());
@@ -406,13 +401,6 @@ TEST(topology, first_read_at_the_descriptor_limit_throws_and_the_next_reads_the_
 // std::system_error naming the call instead, nothing kept: the next call throws the same.
 TEST(topology_attack, affinity_refused_from_the_start_is_a_typed_error_not_a_hang) {
     if (numaplace_test::rerun_started_under_seccomp({SYS_sched_getaffinity})) return;
-    for (int call = 0; call < 2; ++call) {
-        try {
-            (void)topology::get();
-            ADD_FAILURE() << "the topology was read with the affinity refused";
-        } catch (const std::system_error& e) {
-            EXPECT_EQ(e.code().value(), EPERM) << e.what();
-            EXPECT_NE(std::string(e.what()).find("sched_getaffinity"), std::string::npos) << e.what();
-        }
-    }
+    for (int call = 0; call < 2; ++call)
+        expect_system_error([] { (void)topology::get(); }, EPERM, "sched_getaffinity", "read with the affinity refused");
 }
